@@ -1,0 +1,119 @@
+"""Every configuration field, documented where it is defined.
+
+Conventions: "per process" numbers are per GPU / per accelerate process; global totals are derived as
+shown. Named experiments (`config/sd.py`, `config/sd3.py`, `config/quickstart.py`) are small
+functions that start from `get_config()` here and override fields.
+
+Batch arithmetic (P = number of processes):
+    images per epoch        = sample.batch_size × sample.num_batches_per_epoch × P
+    prompts per epoch       = images per epoch / sample.group_size
+    minibatches per process = sample.batch_size × sample.num_batches_per_epoch / train.batch_size
+    optimizer steps / inner epoch = minibatches per process / train.gradient_accumulation_steps
+Each minibatch back-propagates every trained transition of its samples (K of them), one denoising
+step at a time; one optimizer step covers gradient_accumulation_steps minibatches × K steps.
+"""
+
+import ml_collections
+
+
+def get_config():
+    config = ml_collections.ConfigDict()
+
+    # ---- run ----------------------------------------------------------------------------------
+    config.run_name = ""  # name of the run directory under logdir; "" = <timestamp>
+    config.logdir = "logs"  # runs go to <logdir>/<run_name>/ (metrics.jsonl, checkpoints/, final/, samples/)
+    config.seed = 42  # one seed determines prompts, initial noise, SDE noise and shuffling (exact resume)
+    config.num_epochs = 100  # an epoch = sample → reward → advantages → num_inner_epochs training passes
+    config.resume_from = ""  # a run directory (its latest checkpoint) or a checkpoint directory; "" = fresh
+    config.save_freq = 1  # write a checkpoint every N epochs (and always after the last one); 0 = never
+    config.num_checkpoint_limit = 3  # keep the newest N checkpoints; 0 = keep all
+    config.mixed_precision = "no"  # "no" | "fp16" | "bf16": autocast for denoiser / VAE / text encoders
+    config.allow_tf32 = True  # TF32 matmuls on Ampere+ GPUs (no effect on CPU)
+
+    # ---- pretrained model ---------------------------------------------------------------------
+    config.pretrained = pretrained = ml_collections.ConfigDict()
+    # A diffusers pipeline directory or hub id. The policy adapter is chosen from its model_index.json
+    # (StableDiffusionPipeline → DDIM policy, StableDiffusion3Pipeline → flow-matching SDE policy).
+    # "" = build the tiny random pipeline of `ddpo_grpo.tiny` (pretrained.tiny) under <logdir>/_tiny/.
+    pretrained.model = ""
+    pretrained.tiny = "sd3"  # which tiny pipeline to build when model is "": "sd3" | "sd"
+
+    # ---- sampling (rollouts) ------------------------------------------------------------------
+    config.sample = sample = ml_collections.ConfigDict()
+    sample.num_steps = 10  # denoising steps T of training rollouts (may be fewer than eval_num_steps)
+    sample.eval_num_steps = 40  # steps of the deterministic samples logged as image grids
+    sample.guidance_scale = 4.5  # classifier-free guidance w; ≤ 1 disables CFG (one denoiser pass per step)
+    sample.negative_prompt = ""  # the unconditional / negative prompt used by CFG
+    sample.batch_size = 8  # images per sampling batch, PER PROCESS
+    sample.group_size = 4  # images per prompt (GRPO group, ≥ 2); a group may span batches and processes
+    sample.num_batches_per_epoch = 2  # sampling batches per process per epoch
+    sample.share_group_noise = False  # True: the members of a group start from the same initial noise
+    sample.sde_type = "flow_grpo"  # flow models' kernel: "flow_grpo" | "dance" | "cps" (see ddpo_grpo/sde.py)
+    sample.noise_level = 0.7  # flow kernels' stochasticity a (flow_grpo: g = a·sqrt(σ/(1−σ)); cps: η ∈ [0,1])
+    sample.eta = 1.0  # DDIM's η ∈ [0, 1] for SD-family models (0 = deterministic DDIM)
+    sample.resolution = 512  # image side in pixels (multiple of the VAE downsampling factor)
+    sample.max_sequence_length = 256  # text tokens for SD3's T5 slot (zeros when the pipeline has no T5)
+    # Flow-GRPO-Fast: only a window of sde_window_size consecutive steps is stochastic and trained,
+    # the rest are ODE steps. 0 = off (every step stochastic). The window start is drawn per batch,
+    # uniformly in sde_window_range = (lo, hi) inclusive; None = anywhere in (0, num_steps − size).
+    sample.sde_window_size = 0
+    sample.sde_window_range = None
+
+    # ---- training -----------------------------------------------------------------------------
+    config.train = train = ml_collections.ConfigDict()
+    train.batch_size = 4  # samples per training minibatch, PER PROCESS (need not equal sample.batch_size)
+    train.gradient_accumulation_steps = 1  # minibatches per optimizer step (each with all its K steps)
+    train.learning_rate = 3e-4
+    train.adam_beta1 = 0.9
+    train.adam_beta2 = 0.999
+    train.adam_weight_decay = 1e-4
+    train.adam_epsilon = 1e-8
+    train.warmup_steps = 0  # linear learning-rate warm-up over the first N optimizer steps
+    train.max_grad_norm = 1.0  # gradient-norm clipping; logged before clipping as train/grad_norm
+    train.num_inner_epochs = 1  # passes over the stored transitions per epoch (1 = single-pass DDPO)
+    train.clip_range = 1e-4  # PPO ratio clip ε: ratio is clipped to [1 − ε, 1 + ε]
+    train.adv_clip_max = 5.0  # advantages are clipped to [−adv_clip_max, adv_clip_max]
+    train.adv_mode = "zscore"  # "zscore" | "mean" | "global_std" | "buffer" | "running" (ddpo_grpo/advantages.py)
+    train.adv_buffer_size = 32  # "buffer" mode: rewards remembered per prompt across epochs
+    train.adv_min_count = 16  # "buffer" mode: below this many, fall back to the batch's mean/std
+    train.adv_ema_decay = 0.9  # "running" mode: decay of the running reward mean/variance
+    train.beta = 0.0  # KL coefficient β of β·KL(π_θ ‖ π_ref); 0 skips the reference forward entirely
+    train.kl_estimator = "gaussian"  # "k1" | "k2" | "k3" | "gaussian" (closed form, same std)
+    train.kl_threshold = 0.0  # stop the inner epochs early when mean approx KL to the sampler exceeds it; 0 = off
+    train.loss_aggregation = "mean"  # "mean" over trained transitions | "sum_norm" (Dr. GRPO: Σ_steps / C)
+    train.loss_norm_constant = 0.0  # C of "sum_norm"; 0 = the number of trained steps per sample
+    train.timestep_fraction = 1.0  # fraction of each sample's stochastic steps that are trained
+    train.timestep_selection = "first"  # "first" ⌈fraction·S⌉ steps | "random" subset per sample
+    train.shuffle_steps = True  # permute each sample's trained steps every inner epoch (as ddpo-pytorch)
+    train.cfg = True  # use CFG in the training forward (must match sampling for an exact on-policy ratio)
+    train.use_lora = True  # LoRA adapters via peft; False = full fine-tuning of the denoiser
+    train.lora_rank = 4
+    train.lora_alpha = 4.0
+    train.lora_dropout = 0.0  # > 0 makes the recomputed log-prob differ from the stored one
+    train.lora_target_modules = ()  # module names; () = the adapter's defaults (attention projections)
+    train.ema = False  # keep an EMA of the trainable weights, used for logged samples and the export
+    train.ema_decay = 0.95
+    # Reference policy of the KL term: "fixed" (the initial model), "hard" (copy the policy every
+    # reference_update_freq epochs) or "soft" (ref ← α·ref + (1−α)·policy every reference_update_freq epochs).
+    train.reference_update = "fixed"
+    train.reference_update_freq = 10
+    train.reference_mix_alpha = 0.9
+
+    # ---- rewards ------------------------------------------------------------------------------
+    config.reward = reward = ml_collections.ConfigDict()
+    reward.fns = {"jpeg_compressibility": 1.0}  # name (or "file.py:fn") -> weight; the reward is Σ w·score
+    reward.kwargs = {}  # name -> dict of keyword arguments for that reward's factory
+
+    # ---- prompts ------------------------------------------------------------------------------
+    config.prompts = prompts = ml_collections.ConfigDict()
+    prompts.source = "simple"  # built-in name, a .txt file (one prompt a line) or a .json/.jsonl file of rows
+
+    # ---- logging ------------------------------------------------------------------------------
+    config.logging = logging = ml_collections.ConfigDict()
+    logging.tracker = "wandb"  # "wandb" (offline unless logged in) | "tensorboard" | "none"; metrics.jsonl always
+    logging.project = "ddpo_grpo"  # wandb project
+    logging.image_freq = 1  # save a grid of deterministic samples every N epochs; 0 = never
+    logging.num_images = 8  # images in that grid (the first prompts of the source, fixed seeds)
+    logging.progress = True  # tqdm progress bars for sampling and training
+
+    return config

@@ -1,0 +1,42 @@
+"""The embedded quickstart: what `python scripts/train.py` runs with no argument.
+
+A tiny SD3-architecture pipeline (built locally from config dicts under <logdir>/_tiny/sd3 — random
+weights until the ShapesWorld model ships), Flow-GRPO SDE sampling, LoRA, and the JPEG
+compressibility reward. Sized for a 2-core CPU: a few seconds per epoch.
+
+Batch arithmetic (1 process): 8 images × 2 batches = 16 images per epoch = 4 prompts × group of 4;
+16 samples / train.batch_size 4 = 4 minibatches = 4 optimizer steps per epoch, each over
+K = 8 trained transitions per sample.
+"""
+
+from config.base import get_config as base_config
+
+
+def quickstart():
+    config = base_config()
+    config.run_name = ""
+    config.num_epochs = 10
+    config.pretrained.model = ""  # build the tiny pipeline
+    config.pretrained.tiny = "sd3"
+    config.sample.resolution = 32
+    config.sample.num_steps = 8
+    config.sample.eval_num_steps = 16
+    config.sample.max_sequence_length = 8
+    config.sample.batch_size = 8
+    config.sample.num_batches_per_epoch = 2
+    config.sample.group_size = 4
+    config.sample.guidance_scale = 4.5
+    config.sample.noise_level = 0.7
+    config.train.batch_size = 4
+    config.train.learning_rate = 1e-3
+    config.train.clip_range = 1e-3
+    config.train.lora_rank = 8
+    config.train.lora_alpha = 8.0
+    config.reward.fns = {"jpeg_compressibility": 1.0}
+    config.logging.tracker = "none"
+    config.logging.image_freq = 5
+    return config
+
+
+def get_config(name="quickstart"):
+    return globals()[name]()

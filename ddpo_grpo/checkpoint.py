@@ -1,0 +1,337 @@
+"""Atomic training checkpoints.
+
+Layout::
+
+    <run_dir>/checkpoints/epoch_000012/
+        model.safetensors      # one file per entry of ``tensors`` (stem -> state dict)
+        ema.safetensors        # optional extra stems
+        optimizer.pt           # torch.save(optimizer.state_dict()), loaded with weights_only=True
+        state.json             # trainer state (epoch, global_step, RNG states, ...), written last
+
+A checkpoint is first written to a hidden sibling ``checkpoints/.tmp-epoch_XXXXXX-<pid>``,
+every file is fsynced, then the directory is renamed into place. A crash at any
+moment therefore leaves earlier checkpoints intact and never a half-written
+``epoch_*`` directory. Readers only consider ``epoch_<digits>`` directories that
+contain ``state.json``; hidden ``.tmp-*`` / ``.old-*`` leftovers are ignored and
+removed by the next save. Only one process (the main one) should save into a run dir.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Union
+
+import numpy as np
+
+CHECKPOINTS_DIRNAME = "checkpoints"
+STATE_FILE = "state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+TENSOR_SUFFIX = ".safetensors"
+_CKPT_RE = re.compile(r"^epoch_(\d+)$")
+_STEM_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_TMP_PREFIX = ".tmp-"
+_OLD_PREFIX = ".old-"
+
+PathLike = Union[str, os.PathLike]
+
+
+# ---------------------------------------------------------------------------
+# filesystem helpers
+# ---------------------------------------------------------------------------
+
+
+def _ckpt_name(epoch: int) -> str:
+    return f"epoch_{int(epoch):06d}"
+
+
+def _fsync_file(path: Path) -> None:
+    """Flush a written file's contents to disk."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Flush a directory entry (new/renamed children) to disk; no-op where unsupported."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _is_complete(path: Path) -> bool:
+    return path.is_dir() and _CKPT_RE.match(path.name) is not None and (path / STATE_FILE).is_file()
+
+
+def list_checkpoints(root: PathLike) -> List[Path]:
+    """Complete checkpoint dirs under ``root`` (a run dir or its ``checkpoints/``), oldest first."""
+    root = Path(root)
+    if (root / CHECKPOINTS_DIRNAME).is_dir():
+        root = root / CHECKPOINTS_DIRNAME
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _is_complete(p)]
+    return sorted(found, key=lambda p: int(_CKPT_RE.match(p.name).group(1)))
+
+
+def _cleanup_leftovers(root: Path) -> None:
+    """Remove ``.tmp-*`` dirs; restore an ``.old-epoch_X-*`` dir whose ``epoch_X`` went missing.
+
+    An ``.old-*`` dir only exists if a crash hit between moving an existing checkpoint
+    away and moving its replacement in; it is complete, so it is put back.
+    """
+    for p in root.iterdir():
+        if p.name.startswith(_TMP_PREFIX):
+            shutil.rmtree(p, ignore_errors=True)
+    for p in root.iterdir():
+        if p.name.startswith(_OLD_PREFIX):
+            name = p.name[len(_OLD_PREFIX):].rsplit("-", 1)[0]
+            target = root / name
+            if _CKPT_RE.match(name) and not target.exists() and (p / STATE_FILE).is_file():
+                os.rename(p, target)
+            else:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _remove_dir_safely(path: Path) -> None:
+    """Delete a checkpoint dir by first renaming it to a hidden name, so it vanishes atomically."""
+    doomed = path.parent / f"{_TMP_PREFIX}del-{path.name}-{os.getpid()}"
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# save
+# ---------------------------------------------------------------------------
+
+
+def _prepare_tensors(stem: str, sd: Dict[str, Any]) -> Dict[str, Any]:
+    """Detach/CPU/contiguous copies; clone tensors whose storage was already used (safetensors forbids sharing)."""
+    import torch
+
+    out, seen = {}, set()
+    for key, t in sd.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"checkpoint tensors[{stem!r}][{key!r}] is a {type(t).__name__}, expected a torch.Tensor")
+        t = t.detach().cpu().contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            t = t.clone()
+        seen.add(t.untyped_storage().data_ptr())
+        out[key] = t
+    return out
+
+
+def _write_contents(
+    tmp: Path,
+    epoch: int,
+    tensors: Dict[str, Dict[str, Any]],
+    optimizer_state: Optional[dict],
+    state: Dict[str, Any],
+) -> None:
+    """Write all checkpoint files into ``tmp`` (state.json last) and fsync them."""
+    import torch
+    from safetensors.torch import save_file
+
+    payload = dict(state)
+    payload.setdefault("epoch", int(epoch))
+    try:
+        state_text = json.dumps(payload, indent=1)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"checkpoint state for epoch {epoch} is not JSON-serialisable ({exc}); "
+            "convert tensors/arrays with .tolist() and objects to dicts (rng_state() is already JSON-safe)"
+        ) from exc
+
+    written = []
+    for stem, sd in tensors.items():
+        if not _STEM_RE.match(stem):
+            raise ValueError(
+                f"checkpoint tensor file stem {stem!r} must match {_STEM_RE.pattern} (e.g. 'model', 'ema')"
+            )
+        path = tmp / f"{stem}{TENSOR_SUFFIX}"
+        save_file(_prepare_tensors(stem, sd), str(path), metadata={"format": "pt"})
+        written.append(path)
+    if optimizer_state is not None:
+        path = tmp / OPTIMIZER_FILE
+        torch.save(optimizer_state, path)
+        written.append(path)
+    for path in written:
+        _fsync_file(path)
+    state_path = tmp / STATE_FILE
+    with open(state_path, "w", encoding="utf-8") as f:
+        f.write(state_text)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first and deleted after."""
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    old = final.parent / f"{_OLD_PREFIX}{final.name}-{os.getpid()}"
+    if old.exists():
+        shutil.rmtree(old)
+    os.rename(final, old)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        os.rename(old, final)  # roll back: the previous version stays valid
+        raise
+    _fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_checkpoint(
+    run_dir: PathLike,
+    epoch: int,
+    *,
+    tensors: Dict[str, Dict[str, Any]],
+    optimizer_state: Optional[dict],
+    state: Dict[str, Any],
+    keep_last: Optional[int] = None,
+) -> Path:
+    """Atomically write ``<run_dir>/checkpoints/epoch_{epoch:06d}`` and prune old ones.
+
+    Args:
+        tensors: file stem -> state dict, e.g. ``{"model": lora_sd, "ema": ema_sd}``.
+        optimizer_state: ``optimizer.state_dict()`` or ``None``.
+        state: JSON-serialisable trainer state (``epoch`` is added if missing).
+        keep_last: keep only the newest ``keep_last`` complete checkpoints (``None``/0: keep all).
+
+    Returns the final checkpoint directory.
+    """
+    if keep_last is not None and keep_last < 0:
+        raise ValueError(f"keep_last must be None, 0 (keep all) or positive, got {keep_last}")
+    root = Path(run_dir) / CHECKPOINTS_DIRNAME
+    root.mkdir(parents=True, exist_ok=True)
+    _cleanup_leftovers(root)
+    name = _ckpt_name(epoch)
+    tmp = root / f"{_TMP_PREFIX}{name}-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        _write_contents(tmp, epoch, tensors, optimizer_state, state)
+        final = root / name
+        _move_into_place(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # best effort; a hard crash leaves it for the next save
+        raise
+    if keep_last:
+        for old in list_checkpoints(root)[:-keep_last]:
+            _remove_dir_safely(old)
+    return final
+
+
+# ---------------------------------------------------------------------------
+# find / load
+# ---------------------------------------------------------------------------
+
+
+def find_checkpoint(path: PathLike) -> Path:
+    """Resolve ``path`` to a checkpoint dir.
+
+    Accepts a checkpoint dir (contains ``state.json``), a run dir (-> its newest
+    complete ``checkpoints/epoch_*``) or a ``checkpoints/`` dir.
+    """
+    p = Path(path).expanduser()
+    expected = (
+        "pass a checkpoint dir (containing state.json), a run dir (containing checkpoints/), "
+        "or a checkpoints/ dir"
+    )
+    if not p.exists():
+        raise FileNotFoundError(f"checkpoint path {str(p)!r} does not exist; {expected}")
+    if not p.is_dir():
+        raise ValueError(f"checkpoint path {str(p)!r} is a file, not a directory; {expected}")
+    if (p / STATE_FILE).is_file():
+        return p
+    if _CKPT_RE.match(p.name) or p.name.startswith((_TMP_PREFIX, _OLD_PREFIX)):
+        raise ValueError(f"checkpoint dir {str(p)!r} has no {STATE_FILE}: it is incomplete; use an earlier checkpoint")
+    found = list_checkpoints(p)
+    if not found:
+        raise FileNotFoundError(
+            f"no complete checkpoints (epoch_XXXXXX/{STATE_FILE}) found under {str(p)!r}; {expected}"
+        )
+    return found[-1]
+
+
+def load_checkpoint(ckpt_dir: PathLike) -> Dict[str, Any]:
+    """Load a checkpoint (any path accepted by :func:`find_checkpoint`).
+
+    Returns ``{"tensors": {stem: state dict}, "optimizer_state": dict | None, "state": dict, "path": Path}``.
+    Tensors are loaded to CPU.
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    d = find_checkpoint(ckpt_dir)
+    state_path = d / STATE_FILE
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{state_path} line {exc.lineno}: invalid JSON ({exc.msg}); the checkpoint is corrupt"
+        ) from exc
+    tensors = {
+        f.name[: -len(TENSOR_SUFFIX)]: load_file(str(f), device="cpu") for f in sorted(d.glob(f"*{TENSOR_SUFFIX}"))
+    }
+    opt_path = d / OPTIMIZER_FILE
+    optimizer_state = torch.load(opt_path, map_location="cpu", weights_only=True) if opt_path.is_file() else None
+    return {"tensors": tensors, "optimizer_state": optimizer_state, "state": state, "path": d}
+
+
+# ---------------------------------------------------------------------------
+# RNG state
+# ---------------------------------------------------------------------------
+
+
+def rng_state() -> Dict[str, Any]:
+    """JSON-serialisable snapshot of python ``random``, numpy global, torch CPU (and CUDA) RNGs."""
+    import torch
+
+    py_version, py_internal, py_gauss = random.getstate()
+    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
+    out: Dict[str, Any] = {
+        "python": [py_version, list(py_internal), py_gauss],
+        "numpy": [np_name, np.asarray(np_keys).tolist(), int(np_pos), int(np_has_gauss), float(np_cached)],
+        "torch": torch.get_rng_state().tolist(),
+    }
+    if torch.cuda.is_available():
+        out["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return out
+
+
+def set_rng_state(d: Dict[str, Any]) -> None:
+    """Restore RNG states captured by :func:`rng_state` (missing entries are left alone)."""
+    import torch
+
+    if "python" in d:
+        version, internal, gauss = d["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "numpy" in d:
+        name, keys, pos, has_gauss, cached = d["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)))
+    if "torch" in d:
+        torch.set_rng_state(torch.tensor(d["torch"], dtype=torch.uint8))
+    if "cuda" in d and torch.cuda.is_available():
+        states = d["cuda"]
+        n = torch.cuda.device_count()
+        if len(states) != n:
+            warnings.warn(
+                f"checkpoint has CUDA RNG states for {len(states)} devices, this machine has {n}; "
+                f"restoring the first {min(n, len(states))}"
+            )
+        for i, s in enumerate(states[:n]):
+            torch.cuda.set_rng_state(torch.tensor(s, dtype=torch.uint8), device=i)

@@ -1,0 +1,129 @@
+"""Cross-field validation of a config at load time, and the derived totals printed at start-up.
+
+Every message names the field(s) and says how to fix them. `validate(config, num_processes)` raises
+`ConfigError` (a ValueError) listing ALL problems at once, so a user fixes a config in one go.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ddpo_grpo.advantages import ADVANTAGE_MODES
+from ddpo_grpo.losses import AGGREGATIONS, KL_ESTIMATORS
+from ddpo_grpo.sde import SDE_TYPES
+
+REFERENCE_UPDATES = ("fixed", "hard", "soft")
+MIXED_PRECISION = ("no", "fp16", "bf16")
+TRACKERS = ("wandb", "tensorboard", "none")
+STEP_SELECTIONS = ("first", "random")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _choice(problems, name, value, allowed):
+    if value not in allowed:
+        problems.append(f"{name}={value!r} is not one of {list(allowed)}")
+
+
+def _positive(problems, name, value, *, integer=True, allow_zero=False):
+    bad_type = integer and not isinstance(value, int)
+    if bad_type or value < 0 or (value == 0 and not allow_zero):
+        kind = "an integer" if integer else "a number"
+        problems.append(f"{name}={value!r} must be {kind} {'≥ 0' if allow_zero else '> 0'}")
+
+
+def derived_totals(config, num_processes: int) -> dict:
+    s, t = config.sample, config.train
+    per_process = s.batch_size * s.num_batches_per_epoch
+    images = per_process * num_processes
+    minibatches = per_process // t.batch_size if t.batch_size else 0
+    return {
+        "num_processes": num_processes,
+        "images_per_epoch": images,
+        "prompts_per_epoch": images // s.group_size if s.group_size else 0,
+        "samples_per_process": per_process,
+        "minibatches_per_inner_epoch": minibatches,
+        "optimizer_steps_per_epoch": (minibatches // t.gradient_accumulation_steps if t.gradient_accumulation_steps else 0)
+        * t.num_inner_epochs,
+    }
+
+
+def validate(config, num_processes: int = 1) -> dict:
+    """Check every cross-field constraint; return the derived totals (see config/base.py)."""
+    p: list[str] = []
+    s, t = config.sample, config.train
+    for name in ("num_steps", "batch_size", "num_batches_per_epoch", "resolution", "group_size"):
+        _positive(p, f"sample.{name}", s[name])
+    for name in ("batch_size", "gradient_accumulation_steps", "num_inner_epochs", "lora_rank"):
+        _positive(p, f"train.{name}", t[name])
+    _positive(p, "num_epochs", config.num_epochs, allow_zero=True)
+    if isinstance(s.group_size, int) and s.group_size < 2:
+        p.append(f"sample.group_size={s.group_size} must be ≥ 2: group-relative advantages need ≥ 2 images per prompt")
+    _choice(p, "sample.sde_type", s.sde_type, SDE_TYPES)
+    _choice(p, "train.adv_mode", t.adv_mode, tuple(ADVANTAGE_MODES))
+    _choice(p, "train.kl_estimator", t.kl_estimator, tuple(KL_ESTIMATORS))
+    _choice(p, "train.loss_aggregation", t.loss_aggregation, tuple(AGGREGATIONS))
+    _choice(p, "train.reference_update", t.reference_update, REFERENCE_UPDATES)
+    _choice(p, "train.timestep_selection", t.timestep_selection, STEP_SELECTIONS)
+    _choice(p, "mixed_precision", config.mixed_precision, MIXED_PRECISION)
+    _choice(p, "logging.tracker", config.logging.tracker, TRACKERS)
+    if not 0 <= s.eta <= 1:
+        p.append(f"sample.eta={s.eta} must be in [0, 1] (0 = deterministic DDIM, 1 = DDPM-like)")
+    if s.noise_level < 0 or (s.sde_type == "cps" and s.noise_level > 1):
+        p.append(f"sample.noise_level={s.noise_level} must be ≥ 0 (and ≤ 1 for sde_type='cps')")
+    if not 0 < t.timestep_fraction <= 1:
+        p.append(f"train.timestep_fraction={t.timestep_fraction} must be in (0, 1]")
+    if t.clip_range <= 0:
+        p.append(f"train.clip_range={t.clip_range} must be > 0 (typical: 1e-4 for DDPO, 1e-3..0.2 for GRPO)")
+    if t.beta < 0 or t.kl_threshold < 0:
+        p.append("train.beta and train.kl_threshold must be ≥ 0 (0 disables them)")
+    if t.reference_update != "fixed" and t.reference_update_freq < 1:
+        p.append(f"train.reference_update_freq={t.reference_update_freq} must be ≥ 1 with reference_update={t.reference_update!r}")
+    if not 0 <= t.reference_mix_alpha <= 1 or not 0 <= t.ema_decay < 1:
+        p.append("train.reference_mix_alpha must be in [0, 1] and train.ema_decay in [0, 1)")
+    if not config.reward.fns:
+        p.append("reward.fns is empty: set it to {name: weight}, e.g. {'jpeg_compressibility': 1.0}")
+
+    if not p:
+        per_process = s.batch_size * s.num_batches_per_epoch
+        total = per_process * num_processes
+        if total % s.group_size:
+            p.append(
+                f"images per epoch = sample.batch_size × sample.num_batches_per_epoch × processes = "
+                f"{s.batch_size}×{s.num_batches_per_epoch}×{num_processes} = {total} is not divisible by "
+                f"sample.group_size={s.group_size}: change num_batches_per_epoch or group_size"
+            )
+        if per_process % t.batch_size:
+            p.append(
+                f"samples per process per epoch ({per_process} = sample.batch_size × sample.num_batches_per_epoch) "
+                f"is not divisible by train.batch_size={t.batch_size}"
+            )
+        elif (per_process // t.batch_size) % t.gradient_accumulation_steps:
+            p.append(
+                f"minibatches per epoch ({per_process // t.batch_size}) is not divisible by "
+                f"train.gradient_accumulation_steps={t.gradient_accumulation_steps}: no optimizer step may straddle epochs"
+            )
+        w = s.sde_window_size
+        if w < 0 or w > s.num_steps:
+            p.append(f"sample.sde_window_size={w} must be in [0, sample.num_steps={s.num_steps}]")
+        elif w and s.sde_window_range is not None:
+            lo, hi = s.sde_window_range
+            if not 0 <= lo <= hi <= s.num_steps - w:
+                p.append(
+                    f"sample.sde_window_range={tuple(s.sde_window_range)} must satisfy 0 ≤ lo ≤ hi ≤ num_steps − "
+                    f"sde_window_size = {s.num_steps - w}, so the window stays inside the schedule"
+                )
+        if s.eval_num_steps < 1:
+            p.append(f"sample.eval_num_steps={s.eval_num_steps} must be ≥ 1")
+    if p:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
+    return derived_totals(config, num_processes)
+
+
+def trained_steps_per_sample(config) -> int:
+    """K, the number of transitions trained per sample (upper bound; CPS's final step is deterministic)."""
+    s = config.sample
+    stochastic = s.sde_window_size or s.num_steps
+    return math.ceil(config.train.timestep_fraction * stochastic)

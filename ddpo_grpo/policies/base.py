@@ -1,0 +1,151 @@
+"""The policy-adapter contract: all that the sampler and the trainer know about a model family.
+
+A `Policy` wraps one diffusers pipeline object. It uses the pipeline's own prompt encoding, VAE and
+scheduler configuration, but runs the denoiser itself, one step at a time, so that every transition
+can be recorded (rollout) and re-scored later (training). It is the only place that knows a model's
+calling convention; `rollout.py` and `trainer.py` work with any subclass.
+
+A subclass provides:
+    encode_prompts(prompts, negative_prompt)  -> cond: dict of tensors with batch dim first;
+                                                 keys "neg_<k>" hold the unconditional twin of "<k>"
+    schedule(num_steps)                       -> Schedule (denoiser timesteps + kernel scalars per step)
+    forward(model, latents, timesteps, cond)  -> raw denoiser output for one (positive or negative) branch
+    step(model_output, latents, kernel_args, noise_level, prev_sample, generator) -> sde.Step
+    decode(latents)                           -> images in [0, 1]
+and the class attributes below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ddpo_grpo.sde import Step
+
+
+@dataclass
+class Schedule:
+    """Per-step parameters of a T-step sampling schedule.
+
+    timesteps:   [T] the time input fed to the denoiser at step j (x_j -> x_{j+1}).
+    kernel_args: name -> [T] scalars the transition kernel needs at step j
+                 (flow: sigma, sigma_next; DDIM: alpha_prod_t, alpha_prod_t_prev).
+    """
+
+    timesteps: torch.Tensor
+    kernel_args: dict[str, torch.Tensor]
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.timesteps.shape[0])
+
+
+class Policy:
+    """Base adapter. See the module docstring for what a model family implements."""
+
+    #: attribute of the pipeline that holds the trainable denoiser ("unet" / "transformer")
+    denoiser_attr: ClassVar[str]
+    #: keyword of `Pipeline.save_lora_weights` that receives the denoiser's LoRA layers
+    lora_layers_kwarg: ClassVar[str]
+    #: LoRA target modules used when `train.lora_target_modules` is empty
+    default_lora_targets: ClassVar[tuple[str, ...]]
+    #: config field that sets the kernel's stochasticity, for messages and logs
+    noise_field: ClassVar[str]
+
+    def __init__(self, pipeline, *, resolution: int, max_sequence_length: int = 77, sde_type: str = "flow_grpo"):
+        """resolution: image side in pixels; max_sequence_length: text tokens of encoders that take it
+        (SD3's T5 slot); sde_type: the flow kernel (`sde.flow_sde_step`), ignored by DDIM families."""
+        self.pipeline = pipeline
+        self.sde_type = sde_type
+        self.resolution = int(resolution)
+        self.max_sequence_length = int(max_sequence_length)
+        factor = self.vae_scale_factor
+        if self.resolution % factor:
+            raise ValueError(
+                f"sample.resolution={self.resolution} must be a multiple of the VAE's downsampling factor {factor}"
+            )
+
+    # ---- model access -------------------------------------------------------------------------
+    @property
+    def denoiser(self) -> torch.nn.Module:
+        return getattr(self.pipeline, self.denoiser_attr)
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return 2 ** (len(self.pipeline.vae.config.block_out_channels) - 1)
+
+    @property
+    def device(self) -> torch.device:
+        return self.denoiser.device
+
+    def latent_shape(self) -> tuple[int, int, int]:
+        """(C, h, w) of one latent at `self.resolution`."""
+        side = self.resolution // self.vae_scale_factor
+        return (self.denoiser.config.in_channels, side, side)
+
+    def frozen_modules(self) -> list[torch.nn.Module]:
+        """Every pipeline module that is never trained (VAE, text encoders)."""
+        modules = []
+        for name, value in self.pipeline.components.items():
+            if isinstance(value, torch.nn.Module) and name != self.denoiser_attr:
+                modules.append(value)
+        return modules
+
+    # ---- family-specific pieces -------------------------------------------------------------
+    def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def schedule(self, num_steps: int) -> Schedule:
+        raise NotImplementedError
+
+    def forward(self, model, latents, timesteps, cond) -> torch.Tensor:
+        raise NotImplementedError
+
+    def step(self, model_output, latents, kernel_args, noise_level, *, prev_sample=None, generator=None) -> Step:
+        raise NotImplementedError
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    # ---- shared logic ---------------------------------------------------------------------------
+    def predict(self, model, latents, timesteps, cond, guidance_scale: float) -> torch.Tensor:
+        """Denoiser output with classifier-free guidance when guidance_scale > 1.
+
+        CFG (Ho & Salimans 2022): ε̃ = ε(x, ∅) + w·(ε(x, c) − ε(x, ∅)). Both branches run as one batch of
+        2B, unconditional first, exactly as the diffusers pipelines do, so that sampling and training
+        (which both call this method) see identical arithmetic.
+            latents: [B, C, h, w]; timesteps: [B]; cond: dict of [B, ...] -> [B, C, h, w]
+        """
+        positive = {k: v for k, v in cond.items() if not k.startswith("neg_")}
+        if guidance_scale <= 1.0:
+            return self.forward(model, latents, timesteps, positive)
+        both = {k: torch.cat([cond["neg_" + k], v]) for k, v in positive.items()}  # [2B, ...]
+        out = self.forward(model, torch.cat([latents, latents]), torch.cat([timesteps, timesteps]), both)
+        uncond, text = out.chunk(2)  # [B, C, h, w] each
+        return uncond + guidance_scale * (text - uncond)
+
+    # ---- LoRA and export ------------------------------------------------------------------------
+    def add_lora(self, *, rank: int, alpha: float, target_modules, dropout: float = 0.0) -> None:
+        """Attach a peft LoRA adapter named "default" to the denoiser (base weights frozen)."""
+        from peft import LoraConfig
+
+        targets = list(target_modules) or list(self.default_lora_targets)
+        self.denoiser.requires_grad_(False)
+        config = LoraConfig(
+            r=rank, lora_alpha=alpha, lora_dropout=dropout, init_lora_weights="gaussian", target_modules=targets
+        )
+        self.denoiser.add_adapter(config)
+
+    def save_lora(self, out_dir, model: torch.nn.Module) -> None:
+        """Write the LoRA layers of `model` in diffusers' format (`Pipeline.load_lora_weights` reads it)."""
+        from diffusers.utils import convert_state_dict_to_diffusers
+        from peft.utils import get_peft_model_state_dict
+
+        layers = convert_state_dict_to_diffusers(get_peft_model_state_dict(model))
+        type(self.pipeline).save_lora_weights(str(out_dir), **{self.lora_layers_kwarg: layers})
+
+    def save_pipeline(self, out_dir) -> None:
+        """Write the complete pipeline (full fine-tune), loadable with `Pipeline.from_pretrained`."""
+        self.pipeline.save_pretrained(str(out_dir))

@@ -1,0 +1,232 @@
+"""The sampling loop that records a `Rollout`: every denoising transition with its log-prob.
+
+A rollout of T steps stores, per sample,
+    latents      x_0 … x_T  (x_0 = initial noise, x_T = final latent), each once: [B, T+1, C, h, w]
+    log_probs    log π(x_{j+1} | x_j) at sampling time (0 on deterministic steps):  [B, T]
+    timesteps    denoiser time input per step:                                       [B, T]
+    kernel_args  the kernel's scalars per step (σ, σ_next or ᾱ_t, ᾱ_prev):           name -> [B, T]
+    noise_levels the kernel's stochasticity per step (0 = ODE / η = 0 step):         [B, T]
+    train_steps  indices j of the transitions the trainer optimises, and a validity mask: [B, K]
+    cond         prompt embeddings incl. the negative / unconditional ones:          name -> [B, ...]
+    images       decoded outputs in [0, 1]:                                          [B, 3, H, W]
+    prompts, metadata (dataset rows)
+
+Note the index convention: here j counts sampling steps forward (j = 0 is the noisiest), unlike the
+diffusion papers' t which counts down.
+
+Which steps are stochastic and trained (`StepPlan`):
+- all steps (default);
+- a fraction of them: the first ⌈f·S⌉ stochastic steps, or a random subset of that size per sample;
+- an SDE window (Flow-GRPO-Fast): a window of w consecutive steps placed at a random start in
+  `window_range`; only those steps use the SDE (noise_level > 0) and only they are trained, the rest
+  are deterministic ODE steps.
+Steps whose transition std is 0 (e.g. the last CPS step) are deterministic and never trained.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Rollout:
+    latents: torch.Tensor
+    log_probs: torch.Tensor
+    timesteps: torch.Tensor
+    kernel_args: dict
+    noise_levels: torch.Tensor
+    train_steps: torch.Tensor
+    train_mask: torch.Tensor
+    cond: dict
+    images: torch.Tensor
+    prompts: list
+    metadata: list
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.log_probs.shape[1])
+
+    def select(self, index) -> "Rollout":
+        """Sub-rollout of the samples in `index` (a LongTensor or list of sample indices)."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        picked = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, dict):
+                picked[f.name] = {k: v[index.to(v.device)] for k, v in value.items()}
+            elif isinstance(value, torch.Tensor):
+                picked[f.name] = value[index.to(value.device)]
+            else:
+                picked[f.name] = [value[i] for i in index.tolist()]
+        return Rollout(**picked)
+
+    @staticmethod
+    def cat(rollouts: list["Rollout"]) -> "Rollout":
+        """Concatenate rollouts along the sample axis (K is padded to the longest train_steps)."""
+        k = max(r.train_steps.shape[1] for r in rollouts)
+        rollouts = [r._pad_train_steps(k) for r in rollouts]
+        joined = {}
+        for f in fields(Rollout):
+            values = [getattr(r, f.name) for r in rollouts]
+            if isinstance(values[0], dict):
+                joined[f.name] = {key: torch.cat([v[key] for v in values]) for key in values[0]}
+            elif isinstance(values[0], torch.Tensor):
+                joined[f.name] = torch.cat(values)
+            else:
+                joined[f.name] = [item for v in values for item in v]
+        return Rollout(**joined)
+
+    def _pad_train_steps(self, k: int) -> "Rollout":
+        pad = k - self.train_steps.shape[1]
+        if pad == 0:
+            return self
+        b = len(self)
+        steps = torch.cat([self.train_steps, self.train_steps.new_zeros(b, pad)], dim=1)
+        mask = torch.cat([self.train_mask, self.train_mask.new_zeros(b, pad)], dim=1)
+        return Rollout(**{**{f.name: getattr(self, f.name) for f in fields(self)}, "train_steps": steps, "train_mask": mask})
+
+
+@dataclass
+class StepPlan:
+    """Which sampling steps are stochastic and which transitions are trained.
+
+    window_size:  0 = every step uses the SDE; w > 0 = only a window of w consecutive steps does.
+    window_range: (lo, hi) inclusive range of the window's start index; None = (0, T − w).
+    fraction:     fraction of the stochastic steps to train (1.0 = all).
+    selection:    "first" = the first ⌈fraction·S⌉ stochastic steps; "random" = a random subset per sample.
+    """
+
+    window_size: int = 0
+    window_range: tuple | None = None
+    fraction: float = 1.0
+    selection: str = "first"
+
+    def noise_levels(self, num_steps: int, noise_level: float, rng: np.random.Generator) -> torch.Tensor:
+        """Per-step noise level [T] for one sampling batch (the window is placed once per batch)."""
+        levels = torch.full((num_steps,), float(noise_level))
+        if self.window_size <= 0:
+            return levels
+        lo, hi = self.window_range if self.window_range is not None else (0, num_steps - self.window_size)
+        start = int(rng.integers(lo, hi + 1))
+        levels.zero_()
+        levels[start : start + self.window_size] = float(noise_level)
+        return levels
+
+    def train_steps(self, stochastic: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(indices [B, K], mask [B, K]) of the trained transitions, chosen among the stochastic ones.
+
+        stochastic: [B, T] bool, True where the transition std > 0.
+        """
+        rows = []
+        for row in stochastic.cpu():
+            candidates = torch.nonzero(row).flatten().numpy()  # stochastic step indices, ascending
+            k = math.ceil(self.fraction * len(candidates))
+            if self.selection == "random":
+                candidates = np.sort(rng.choice(candidates, size=k, replace=False))
+            rows.append(candidates[:k])
+        width = max(1, max(len(r) for r in rows))
+        steps = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, r in enumerate(rows):
+            steps[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+            mask[i, : len(r)] = True
+        return steps, mask
+
+
+def initial_noise(shape: tuple, seeds: list[int], device, dtype=torch.float32) -> torch.Tensor:
+    """x_0 ~ N(0, I) per sample from its own seed: [B, *shape]. Same seed -> same noise on any device
+    and in any batch, which is how a group shares its initial noise and how runs stay reproducible."""
+    noise = [torch.randn(shape, generator=torch.Generator().manual_seed(int(s))) for s in seeds]
+    return torch.stack(noise).to(device=device, dtype=dtype)
+
+
+@torch.no_grad()
+def sample_rollout(
+    policy,
+    model,
+    rows: list[dict],
+    *,
+    seeds: list[int],
+    num_steps: int,
+    guidance_scale: float,
+    noise_level: float,
+    plan: StepPlan | None = None,
+    generator: torch.Generator | None = None,
+    rng: np.random.Generator | None = None,
+    negative_prompt: str = "",
+    autocast=None,
+) -> Rollout:
+    """Sample one batch with `model` (the policy's denoiser, possibly wrapped) and record everything.
+
+    rows: dataset rows with a "prompt" key; seeds: one initial-noise seed per row; generator: the
+    step-noise generator (on the policy's device); rng: numpy generator for window placement and
+    random step subsets; noise_level: the kernel's stochasticity (0 → deterministic ODE / DDIM).
+    """
+    import contextlib
+
+    plan = plan or StepPlan()
+    rng = rng or np.random.default_rng(0)
+    autocast = autocast or contextlib.nullcontext
+    prompts = [r["prompt"] for r in rows]
+    metadata = [{k: v for k, v in r.items() if k != "prompt"} for r in rows]
+    device = policy.device
+    b = len(rows)
+
+    with autocast():
+        cond = policy.encode_prompts(prompts, negative_prompt)
+    schedule = policy.schedule(num_steps)
+    levels = plan.noise_levels(num_steps, noise_level, rng).to(device)  # [T]
+    x = initial_noise(policy.latent_shape(), seeds, device)  # [B, C, h, w]
+    latents, log_probs, stochastic = [x], [], []
+    timesteps = schedule.timesteps.to(device)
+    kernel_args = {k: v.to(device) for k, v in schedule.kernel_args.items()}
+    for j in range(num_steps):
+        t = timesteps[j].expand(b)  # [B]
+        with autocast():
+            out = policy.predict(model, x, t, cond, guidance_scale)  # [B, C, h, w]
+        args = {k: v[j].expand(b) for k, v in kernel_args.items()}
+        step = policy.step(out, x, args, levels[j].expand(b), generator=generator)
+        x = step.prev_sample
+        latents.append(x)
+        log_probs.append(step.log_prob)
+        stochastic.append(step.std.flatten() > 0)
+    with autocast():
+        images = policy.decode(x)
+    stochastic = torch.stack(stochastic, dim=1)  # [B, T]
+    train_steps, train_mask = plan.train_steps(stochastic, rng)
+    return Rollout(
+        latents=torch.stack(latents, dim=1),  # [B, T+1, C, h, w]
+        log_probs=torch.stack(log_probs, dim=1).float(),  # [B, T]
+        timesteps=timesteps.expand(b, -1).clone(),  # [B, T]
+        kernel_args={k: v.expand(b, -1).clone() for k, v in kernel_args.items()},
+        noise_levels=levels.expand(b, -1).clone(),
+        train_steps=train_steps.to(device),
+        train_mask=train_mask.to(device),
+        cond=cond,
+        images=images.float(),
+        prompts=prompts,
+        metadata=metadata,
+    )
+
+
+def transition_inputs(rollout: Rollout, k: int):
+    """Everything needed to re-score the k-th trained transition of every sample.
+
+    Returns (x_j [B,C,h,w], timesteps [B], x_{j+1} [B,C,h,w], kernel args name -> [B], noise levels [B],
+    j [B] step indices, valid [B] bool). The trainer feeds these to `policy.predict` and
+    `policy.step(..., prev_sample=x_{j+1})`, the same calls the sampler made.
+    """
+    j = rollout.train_steps[:, k]  # [B]
+    rows = torch.arange(len(rollout), device=j.device)
+    args = {name: v[rows, j] for name, v in rollout.kernel_args.items()}
+    return (
+        rollout.latents[rows, j], rollout.timesteps[rows, j], rollout.latents[rows, j + 1], args,
+        rollout.noise_levels[rows, j], j, rollout.train_mask[:, k],
+    )

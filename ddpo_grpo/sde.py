@@ -1,0 +1,449 @@
+"""Stochastic one-step transition kernels with exact Gaussian log-densities.
+
+GRPO/DDPO-style policy-gradient training treats every denoising step as a
+Gaussian policy ``pi(x_prev | x_t) = N(mean, std^2)``. This module provides the
+two entry points used by the samplers and the trainer:
+
+* :func:`flow_sde_step` for rectified-flow / flow-matching models (SD3, Flux,
+  ...) whose network predicts the velocity ``v ~= eps - x0``. Three stochastic
+  kernels are available through ``sde_type``: ``"flow_grpo"``, ``"dance"`` and
+  ``"cps"``.
+* :func:`ddim_step` for DDPM-style models (epsilon / v / sample prediction),
+  implementing the stochastic DDIM update of Song et al. (2021), eq. (12).
+
+Both return a :class:`Step`. Conventions shared by every kernel:
+
+* All arithmetic runs in float32, or float64 when ``sample`` (or
+  ``model_output``) is float64; bf16/fp16 inputs are upcast.
+* When ``prev_sample`` is ``None`` a new sample is drawn as
+  ``mean + std * noise`` with ``noise = torch.randn(sample.shape,
+  generator=generator, dtype=float32)``, cast to ``sample.dtype``, and the
+  log-density is computed for that *cast* tensor. Passing it back as
+  ``prev_sample`` therefore reproduces ``log_prob`` bit for bit.
+* When ``prev_sample`` is given it is scored (no noise drawn) and returned
+  unchanged.
+* ``log_prob`` is the Gaussian log-density averaged (not summed) over every
+  non-batch dimension. ``prev_sample`` is detached when scoring, so gradients
+  flow to ``model_output`` only through ``mean`` and ``std``.
+* A sample whose ``std`` is exactly zero is deterministic: its
+  ``prev_sample`` equals ``mean`` and its ``log_prob`` is exactly 0 (a batch
+  may mix deterministic and stochastic samples, e.g. via a per-sample
+  ``noise_level`` tensor).
+
+Shape notation in comments: ``[B, ...]`` is the full sample shape and
+``[B, 1, ..., 1]`` is a per-sample scalar broadcastable against it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple, Optional, Union
+
+import torch
+
+__all__ = ["Step", "flow_sde_step", "ddim_step", "SDE_TYPES", "PREDICTION_TYPES"]
+
+Scalar = Union[float, torch.Tensor]
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class Step(NamedTuple):
+    """Result of one stochastic transition ``x_t -> x_prev``.
+
+    Attributes:
+        prev_sample: ``[B, ...]``, dtype of ``sample``. The drawn (or scored) next state.
+        log_prob: ``[B]``, float32 (float64 for float64 inputs). Gaussian log-density
+            of ``prev_sample`` averaged over every non-batch dimension; exactly 0
+            for deterministic (``std == 0``) samples.
+        mean: ``[B, ...]``, float32/float64. Mean of the Gaussian transition.
+        std: ``[B, 1, ..., 1]``, float32/float64. Standard deviation multiplying the unit noise.
+    """
+
+    prev_sample: torch.Tensor
+    log_prob: torch.Tensor
+    mean: torch.Tensor
+    std: torch.Tensor
+
+
+# ----------------------------------------------------------------------------
+# Argument helpers
+# ----------------------------------------------------------------------------
+
+
+def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """float64 if any input is float64, float32 otherwise (bf16/fp16 are upcast)."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _check_sample(sample: torch.Tensor, model_output: torch.Tensor, prev_sample: Optional[torch.Tensor]) -> None:
+    if not isinstance(sample, torch.Tensor) or not sample.is_floating_point():
+        raise ValueError("`sample` must be a floating-point torch.Tensor")
+    if sample.ndim < 2:
+        raise ValueError(f"`sample` must have a batch dim plus at least one more dim, got shape {tuple(sample.shape)}")
+    if not isinstance(model_output, torch.Tensor) or not model_output.is_floating_point():
+        raise ValueError("`model_output` must be a floating-point torch.Tensor")
+    if model_output.shape != sample.shape:
+        raise ValueError(
+            f"`model_output` shape {tuple(model_output.shape)} must equal `sample` shape {tuple(sample.shape)}"
+        )
+    if prev_sample is not None:
+        if not isinstance(prev_sample, torch.Tensor) or not prev_sample.is_floating_point():
+            raise ValueError("`prev_sample` must be a floating-point torch.Tensor or None")
+        if prev_sample.shape != sample.shape:
+            raise ValueError(
+                f"`prev_sample` shape {tuple(prev_sample.shape)} must equal `sample` shape {tuple(sample.shape)}"
+            )
+
+
+def _per_sample(value: Scalar, name: str, sample: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Turn a python number or a 0-d / [1] / [B] tensor into a [B, 1, ..., 1] tensor."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"`{name}` must be a float or a tensor of shape [B], got {value!r}")
+    batch = sample.shape[0]
+    t = torch.as_tensor(value, dtype=dtype, device=sample.device)
+    if t.ndim > 1 or (t.ndim == 1 and t.shape[0] not in (1, batch)):
+        raise ValueError(
+            f"`{name}` must be a float or a tensor of shape [B]=[{batch}], got shape {tuple(t.shape)}"
+        )
+    t = t.reshape(-1)  # [1] or [B]
+    return t.reshape(-1, *([1] * (sample.ndim - 1))).expand(batch, *([1] * (sample.ndim - 1)))  # [B, 1, ..., 1]
+
+
+def _require(ok: torch.Tensor, message: str) -> None:
+    """Raise ValueError unless every element of the boolean tensor `ok` is True (NaNs fail)."""
+    if not bool(ok.all()):
+        raise ValueError(message)
+
+
+# ----------------------------------------------------------------------------
+# Shared Gaussian tail: draw or score, log-density, deterministic handling
+# ----------------------------------------------------------------------------
+
+
+def _gaussian_step(
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    sample: torch.Tensor,
+    prev_sample: Optional[torch.Tensor],
+    generator: Optional[torch.Generator],
+) -> Step:
+    """Sample (or score) ``N(mean, std^2)``; std == 0 rows are deterministic with log_prob 0."""
+    stochastic = std > 0  # [B, 1, ..., 1] bool
+    if prev_sample is None:
+        noise = torch.randn(sample.shape, generator=generator, device=sample.device, dtype=torch.float32)  # [B, ...]
+        noise = noise.to(mean.dtype)  # [B, ...]
+        drawn = torch.where(stochastic, mean + std * noise, mean)  # [B, ...]
+        prev_sample = drawn.to(sample.dtype).detach()  # [B, ...] stored dtype
+    x = prev_sample.detach().to(mean.dtype)  # [B, ...] scored in compute dtype
+
+    safe_std = torch.where(stochastic, std, torch.ones_like(std))  # [B, 1, ..., 1], never 0
+    log_density = -((x - mean) ** 2) / (2 * safe_std**2) - torch.log(safe_std) - _HALF_LOG_2PI  # [B, ...]
+    log_prob = log_density.mean(dim=tuple(range(1, sample.ndim)))  # [B]
+    log_prob = torch.where(stochastic.reshape(-1), log_prob, torch.zeros_like(log_prob))  # [B]
+    return Step(prev_sample=prev_sample, log_prob=log_prob, mean=mean, std=std.contiguous())
+
+
+# ----------------------------------------------------------------------------
+# Flow-matching kernels
+# ----------------------------------------------------------------------------
+#
+# Common notation (rectified flow, as in SD3): x_sigma = (1 - sigma) x0 + sigma eps,
+# and the network predicts the velocity v ~= dx_sigma/dsigma = eps - x0. From these
+# two relations:
+#     x0_hat  = x - sigma v
+#     eps_hat = x + (1 - sigma) v
+#     score   = grad_x log p_sigma(x) = -eps_hat / sigma
+# The deterministic Euler ODE step is x_next = x + (sigma_next - sigma) v.
+
+
+def _flow_grpo_coeffs(
+    x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Flow-GRPO kernel (Liu et al., 2025): marginal-preserving reverse SDE, Euler-Maruyama.
+
+    Derivation (time ``t`` plays the role of ``sigma``; the data sits at t = 0):
+
+    1. The sampler integrates the probability-flow ODE ``dx = v(x, t) dt`` from
+       t = 1 down to t = 0. Its marginals p_t satisfy the continuity equation
+       ``d_t p = -div(p v)``.
+    2. For any diffusion coefficient g(t), the forward-time SDE
+       ``dx = [v + (g^2/2) grad log p_t] dt + g dw`` has the same marginals: its
+       Fokker-Planck equation is ``d_t p = -div(p v) - div((g^2/2) p grad log p)
+       + (g^2/2) lap p`` and, because ``p grad log p = grad p``, the last two
+       terms cancel.
+    3. Reversing time (Anderson, 1982), a forward SDE with drift f and
+       diffusion g has reverse SDE ``dx = [f - g^2 grad log p_t] dt + g dw_bar``
+       run with dt < 0. With f from step 2 the reverse drift is
+       ``v - (g^2/2) grad log p_t``, again with marginals p_t.
+    4. Substitute the score of the rectified-flow parametrisation,
+       ``grad log p_t = -eps_hat / t = -(x + (1 - t) v) / t``:
+       ``dx = [v + g^2 / (2 sigma) (x + (1 - sigma) v)] dsigma + g dw``.
+    5. Flow-GRPO picks ``g(sigma) = a sqrt(sigma / (1 - sigma))`` with
+       ``a = noise_level``, so the injected noise shrinks towards the data end.
+    6. One Euler-Maruyama step with ``dsigma = sigma_next - sigma < 0`` gives
+       ``mean = x + dsigma [v + g^2 / (2 sigma) (x + (1 - sigma) v)]`` and
+       ``std = g sqrt(-dsigma) = g sqrt(sigma - sigma_next)``.
+    7. With a = 0, g = 0 and the mean is ``x + dsigma v``: exactly the Euler step.
+
+    Singularity at sigma = 1: g is infinite there. Following Flow-GRPO (which
+    replaces sigma by ``sigma_max`` = the schedule's second sigma in the
+    denominator) we evaluate the denominator at the step's end point,
+    ``g = a sqrt(sigma / (1 - sigma_next))`` whenever ``sigma >= 1``. This needs
+    ``sigma_next < 1``.
+
+    Returns:
+        (mean ``[B, ...]``, std ``[B, 1, ..., 1]``)
+    """
+    at_one = sigma >= 1  # [B, 1, ..., 1]
+    _require(~(at_one & (sigma_next >= 1)), "`sigma_next` must be < 1 when `sigma` == 1 for sde_type='flow_grpo'")
+    denom = torch.where(at_one, 1 - sigma_next, 1 - sigma)  # [B, 1, ..., 1], > 0
+    g = noise_level * torch.sqrt(sigma / denom)  # [B, 1, ..., 1]
+    dsigma = sigma_next - sigma  # [B, 1, ..., 1], <= 0
+    eps_hat = x + (1 - sigma) * v  # [B, ...]
+    drift = v + (g**2 / (2 * sigma)) * eps_hat  # [B, ...]
+    mean = x + dsigma * drift  # [B, ...]
+    std = g * torch.sqrt(-dsigma)  # [B, 1, ..., 1]
+    return mean, std
+
+
+def _dance_coeffs(
+    x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""DanceGRPO kernel: the same reverse SDE with a constant diffusion coefficient.
+
+    Derivation:
+
+    1. Steps 1-4 of :func:`_flow_grpo_coeffs` hold for any g(sigma): the reverse
+       SDE ``dx = [v + g^2 / (2 sigma) (x + (1 - sigma) v)] dsigma + g dw``
+       shares the ODE's marginals.
+    2. DanceGRPO takes ``g = eta = noise_level``, constant in sigma (finite at
+       sigma = 1, so no special casing there; sigma must be > 0 because the
+       score carries 1 / sigma).
+    3. Euler-Maruyama with ``dsigma = sigma_next - sigma``:
+       ``mean = x + dsigma [v + eta^2 / (2 sigma) (x + (1 - sigma) v)]``,
+       ``std = eta sqrt(sigma - sigma_next)``.
+    4. eta = 0 leaves ``mean = x + dsigma v``, the Euler step.
+
+    Returns:
+        (mean ``[B, ...]``, std ``[B, 1, ..., 1]``)
+    """
+    dsigma = sigma_next - sigma  # [B, 1, ..., 1], <= 0
+    eps_hat = x + (1 - sigma) * v  # [B, ...]
+    drift = v + (noise_level**2 / (2 * sigma)) * eps_hat  # [B, ...]
+    mean = x + dsigma * drift  # [B, ...]
+    std = noise_level * torch.sqrt(-dsigma)  # [B, 1, ..., 1]
+    return mean, std
+
+
+def _cps_coeffs(
+    x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Coefficients-Preserving Sampling (Wang & Yu, 2025).
+
+    Derivation:
+
+    1. At level sigma_next a clean sample should look like
+       ``(1 - sigma_next) x0 + sigma_next eps`` with unit-variance eps: the signal
+       coefficient is (1 - sigma_next) and the *total* noise coefficient is
+       sigma_next.
+    2. Estimate the endpoints from the velocity: ``x0_hat = x - sigma v`` and
+       ``eps_hat = x + (1 - sigma) v``.
+    3. Split the noise budget sigma_next between the predicted noise eps_hat
+       (deterministic direction) and fresh noise z: with
+       ``std = sigma_next sin(eta pi / 2)``, set
+       ``x_next = (1 - sigma_next) x0_hat + sqrt(sigma_next^2 - std^2) eps_hat + std z``.
+       Since ``(sqrt(sigma_next^2 - std^2))^2 + std^2 = sigma_next^2``, the noise
+       coefficient is preserved exactly (no over/under-noised latents, unlike an
+       Euler-Maruyama step).
+    4. Hence ``mean = (1 - sigma_next) x0_hat + sqrt(sigma_next^2 - std^2) eps_hat``.
+    5. eta = 0: std = 0 and ``mean = (1 - sigma_next)(x - sigma v) + sigma_next
+       (x + (1 - sigma) v) = x + (sigma_next - sigma) v``, the Euler step.
+    6. sigma_next = 0 gives std = 0: the last step is deterministic, mean = x0_hat.
+    eta = noise_level must lie in [0, 1] (sin(eta pi / 2) is not monotone beyond).
+
+    Returns:
+        (mean ``[B, ...]``, std ``[B, 1, ..., 1]``)
+    """
+    _require(noise_level <= 1, "`noise_level` must be in [0, 1] for sde_type='cps'")
+    x0_hat = x - sigma * v  # [B, ...]
+    eps_hat = x + (1 - sigma) * v  # [B, ...]
+    std = sigma_next * torch.sin(noise_level * (math.pi / 2))  # [B, 1, ..., 1]
+    eps_coeff = torch.sqrt((sigma_next**2 - std**2).clamp_min(0))  # [B, 1, ..., 1]
+    mean = (1 - sigma_next) * x0_hat + eps_coeff * eps_hat  # [B, ...]
+    return mean, std
+
+
+_FlowCoeffs = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"
+]
+
+_FLOW_KERNELS: dict[str, _FlowCoeffs] = {
+    "flow_grpo": _flow_grpo_coeffs,
+    "dance": _dance_coeffs,
+    "cps": _cps_coeffs,
+}
+SDE_TYPES = tuple(_FLOW_KERNELS)
+
+
+def flow_sde_step(
+    model_output: torch.Tensor,
+    sample: torch.Tensor,
+    sigma: Scalar,
+    sigma_next: Scalar,
+    *,
+    noise_level: Scalar,
+    sde_type: str = "flow_grpo",
+    prev_sample: Optional[torch.Tensor] = None,
+    generator: Optional[torch.Generator] = None,
+) -> Step:
+    """One stochastic step ``sigma -> sigma_next`` of a flow-matching (velocity) model.
+
+    Args:
+        model_output: ``[B, ...]`` predicted velocity ``v ~= eps - x0``.
+        sample: ``[B, ...]`` current latent ``x_sigma``.
+        sigma: current noise level in (0, 1]; float or tensor ``[B]``.
+        sigma_next: next noise level in [0, sigma]; float or tensor ``[B]``.
+        noise_level: stochasticity (>= 0; ``a`` for flow_grpo, ``eta`` for dance
+            and cps, where it must also be <= 1). Float or tensor ``[B]``;
+            0 gives the deterministic Euler step.
+        sde_type: one of :data:`SDE_TYPES` (``"flow_grpo"``, ``"dance"``, ``"cps"``).
+        prev_sample: if given, score this ``[B, ...]`` tensor instead of drawing one.
+        generator: torch generator for the unit noise (ignored when scoring).
+
+    Returns:
+        :class:`Step`.
+    """
+    if sde_type not in _FLOW_KERNELS:
+        raise ValueError(f"Unknown `sde_type` {sde_type!r}; expected one of {list(_FLOW_KERNELS)}")
+    _check_sample(sample, model_output, prev_sample)
+    dtype = _compute_dtype(sample, model_output)
+
+    sig = _per_sample(sigma, "sigma", sample, dtype)  # [B, 1, ..., 1]
+    sig_next = _per_sample(sigma_next, "sigma_next", sample, dtype)  # [B, 1, ..., 1]
+    level = _per_sample(noise_level, "noise_level", sample, dtype)  # [B, 1, ..., 1]
+    _require((sig > 0) & (sig <= 1), "`sigma` must be in (0, 1]")
+    _require(sig_next >= 0, "`sigma_next` must be >= 0")
+    _require(sig_next <= sig, "`sigma_next` must be <= `sigma` (sampling runs from noise to data)")
+    _require(level >= 0, "`noise_level` must be >= 0 (and not NaN)")
+
+    x = sample.to(dtype)  # [B, ...]
+    v = model_output.to(dtype)  # [B, ...]
+    mean, std = _FLOW_KERNELS[sde_type](x, v, sig, sig_next, level)  # [B, ...], [B, 1, ..., 1]
+    return _gaussian_step(mean, std, sample, prev_sample, generator)
+
+
+# ----------------------------------------------------------------------------
+# DDIM kernel
+# ----------------------------------------------------------------------------
+
+
+def _from_epsilon(x, out, a_t):
+    """epsilon prediction: eps_hat = out, x0_hat = (x - sqrt(1 - a_t) eps_hat) / sqrt(a_t)."""
+    eps = out  # [B, ...]
+    x0 = (x - torch.sqrt(1 - a_t) * eps) / torch.sqrt(a_t)  # [B, ...]
+    return x0, eps
+
+
+def _from_v(x, out, a_t):
+    """v prediction (v = sqrt(a_t) eps - sqrt(1 - a_t) x0): invert the rotation."""
+    x0 = torch.sqrt(a_t) * x - torch.sqrt(1 - a_t) * out  # [B, ...]
+    eps = torch.sqrt(a_t) * out + torch.sqrt(1 - a_t) * x  # [B, ...]
+    return x0, eps
+
+
+def _from_sample(x, out, a_t):
+    """x0 prediction: x0_hat = out, eps_hat = (x - sqrt(a_t) x0_hat) / sqrt(1 - a_t)."""
+    x0 = out  # [B, ...]
+    eps = (x - torch.sqrt(a_t) * x0) / torch.sqrt(1 - a_t)  # [B, ...]
+    return x0, eps
+
+
+_DDIM_PREDICTIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple]] = {
+    "epsilon": _from_epsilon,
+    "v_prediction": _from_v,
+    "sample": _from_sample,
+}
+PREDICTION_TYPES = tuple(_DDIM_PREDICTIONS)
+
+
+def _ddim_coeffs(
+    x0_hat: torch.Tensor, eps_hat: torch.Tensor, a_t: torch.Tensor, a_prev: torch.Tensor, eta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Stochastic DDIM update (Song, Meng & Ermon, 2021, eqs. 12 and 16).
+
+    Derivation (``a_t`` = alpha-bar_t, ``a_prev`` = alpha-bar_{t-1}):
+
+    1. The forward marginal is ``x_t = sqrt(a_t) x0 + sqrt(1 - a_t) eps``.
+    2. DDIM defines a non-Markovian family of reverse conditionals
+       ``q_sigma(x_{t-1} | x_t, x0) = N(sqrt(a_prev) x0 + sqrt(1 - a_prev -
+       sigma_t^2) (x_t - sqrt(a_t) x0) / sqrt(1 - a_t), sigma_t^2 I)`` chosen so
+       that every marginal ``q(x_{t-1} | x0)`` matches step 1 for any sigma_t
+       (signal coefficient sqrt(a_prev), noise variance
+       ``(1 - a_prev - sigma_t^2) + sigma_t^2 = 1 - a_prev``).
+    3. Replacing x0 and ``(x_t - sqrt(a_t) x0) / sqrt(1 - a_t)`` by the network's
+       estimates x0_hat and eps_hat gives eq. (12):
+       ``x_{t-1} = sqrt(a_prev) x0_hat + sqrt(1 - a_prev - sigma_t^2) eps_hat + sigma_t z``.
+    4. Eq. (16) interpolates between DDIM (eta = 0) and DDPM (eta = 1):
+       ``sigma_t = eta sqrt((1 - a_prev) / (1 - a_t)) sqrt(1 - a_t / a_prev)``.
+    5. So ``mean = sqrt(a_prev) x0_hat + sqrt(1 - a_prev - sigma_t^2) eps_hat`` and
+       ``std = sigma_t``; eta = 0 is the deterministic DDIM step. No x0
+       clipping or thresholding is applied. The radicand of the direction
+       coefficient is clamped at 0 to absorb round-off at eta = 1.
+
+    Returns:
+        (mean ``[B, ...]``, std ``[B, 1, ..., 1]``)
+    """
+    variance = (1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev)  # [B, 1, ..., 1]
+    std = eta * torch.sqrt(variance.clamp_min(0))  # [B, 1, ..., 1]
+    dir_coeff = torch.sqrt((1 - a_prev - std**2).clamp_min(0))  # [B, 1, ..., 1]
+    mean = torch.sqrt(a_prev) * x0_hat + dir_coeff * eps_hat  # [B, ...]
+    return mean, std
+
+
+def ddim_step(
+    model_output: torch.Tensor,
+    sample: torch.Tensor,
+    alpha_prod_t: Scalar,
+    alpha_prod_t_prev: Scalar,
+    *,
+    eta: Scalar,
+    prev_sample: Optional[torch.Tensor] = None,
+    generator: Optional[torch.Generator] = None,
+    prediction_type: str = "epsilon",
+) -> Step:
+    """One stochastic DDIM step ``t -> t_prev``.
+
+    Args:
+        model_output: ``[B, ...]`` network output (epsilon, v or x0, see ``prediction_type``).
+        sample: ``[B, ...]`` current latent ``x_t``.
+        alpha_prod_t: alpha-bar at t, in (0, 1); float or tensor ``[B]``.
+        alpha_prod_t_prev: alpha-bar at t_prev, in [alpha_prod_t, 1]; float or tensor ``[B]``.
+        eta: DDIM stochasticity in [0, 1] (0 = deterministic DDIM, 1 = DDPM
+            posterior variance); float or tensor ``[B]``.
+        prev_sample: if given, score this ``[B, ...]`` tensor instead of drawing one.
+        generator: torch generator for the unit noise (ignored when scoring).
+        prediction_type: one of :data:`PREDICTION_TYPES` (``"epsilon"``,
+            ``"v_prediction"``, ``"sample"``).
+
+    Returns:
+        :class:`Step`.
+    """
+    if prediction_type not in _DDIM_PREDICTIONS:
+        raise ValueError(f"Unknown `prediction_type` {prediction_type!r}; expected one of {list(_DDIM_PREDICTIONS)}")
+    _check_sample(sample, model_output, prev_sample)
+    dtype = _compute_dtype(sample, model_output)
+
+    a_t = _per_sample(alpha_prod_t, "alpha_prod_t", sample, dtype)  # [B, 1, ..., 1]
+    a_prev = _per_sample(alpha_prod_t_prev, "alpha_prod_t_prev", sample, dtype)  # [B, 1, ..., 1]
+    eta_t = _per_sample(eta, "eta", sample, dtype)  # [B, 1, ..., 1]
+    _require((a_t > 0) & (a_t < 1), "`alpha_prod_t` must be in (0, 1)")
+    _require((a_prev > 0) & (a_prev <= 1), "`alpha_prod_t_prev` must be in (0, 1]")
+    _require(a_prev >= a_t, "`alpha_prod_t_prev` must be >= `alpha_prod_t` (sampling runs from noise to data)")
+    _require((eta_t >= 0) & (eta_t <= 1), "`eta` must be in [0, 1] (and not NaN)")
+
+    x = sample.to(dtype)  # [B, ...]
+    out = model_output.to(dtype)  # [B, ...]
+    x0_hat, eps_hat = _DDIM_PREDICTIONS[prediction_type](x, out, a_t)  # [B, ...], [B, ...]
+    mean, std = _ddim_coeffs(x0_hat, eps_hat, a_t, a_prev, eta_t)  # [B, ...], [B, 1, ..., 1]
+    return _gaussian_step(mean, std, sample, prev_sample, generator)

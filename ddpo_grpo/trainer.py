@@ -1,0 +1,519 @@
+"""The GRPO epoch loop: sample → rewards → advantages → K inner epochs over the STORED transitions.
+
+One epoch, phase by phase (each a method below):
+1. `sample_phase`  every process samples sample.num_batches_per_epoch batches of sample.batch_size
+                   images with the current policy, recording each transition's log-prob (rollout.py),
+                   and scores each batch with the reward plug-ins as soon as it is decoded.
+2. `advantage_phase` rewards are gathered from all processes, turned into group-relative advantages
+                   by the per-prompt stat tracker (advantages.py), and each process keeps its slice.
+3. `train_phase`   train.num_inner_epochs passes over the stored transitions: samples shuffled, split
+                   into minibatches of train.batch_size; for each minibatch and each of its K trained
+                   steps: recompute the log-prob of the stored x_{j+1}, ratio against the stored one,
+                   clipped surrogate (+ β·KL to the reference), backward (one step at a time);
+                   optimizer step every train.gradient_accumulation_steps minibatches, after
+                   grad-norm clipping. Between inner epochs, stop when mean approx-KL > kl_threshold.
+4. bookkeeping     reference update, metrics.jsonl, image grid, atomic checkpoint.
+After the last epoch the result is exported to <run>/final/ (LoRA in diffusers format, or a pipeline).
+
+Everything random is derived from (config.seed, epoch, process, batch, …), so a resumed run replays
+exactly what an uninterrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ddpo_grpo import checkpoint as ckpt
+from ddpo_grpo.advantages import PerPromptStatTracker
+from ddpo_grpo.config_checks import validate
+from ddpo_grpo.logging_utils import MetricsLogger
+from ddpo_grpo.losses import aggregation_weight, kl_estimator, policy_loss
+from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, load_pipeline
+from ddpo_grpo.prompts import PromptSampler, load_prompts
+from ddpo_grpo.reference import Reference
+from ddpo_grpo.rollout import Rollout, StepPlan, sample_rollout, transition_inputs
+from ddpo_grpo.weights import EMA, trainable_parameters
+
+WEIGHT_DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def derive_seed(*parts: int) -> int:
+    """A well-mixed 63-bit seed from integers (numpy SeedSequence), for independent random streams."""
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, dtype=np.uint64)[0] >> 1)
+
+
+class _Stats:
+    """Running sums of per-transition statistics, reduced across processes at the end."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, float] = {}
+
+    def add(self, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
+        values = values.detach().float()
+        self.sums[name] = self.sums.get(name, 0.0) + float((values * mask).sum())
+        self.counts[name] = self.counts.get(name, 0.0) + float(mask.sum())
+
+    def mean(self, name: str) -> float:
+        count = self.counts.get(name, 0.0)
+        return self.sums[name] / count if count else float("nan")
+
+
+class Trainer:
+    def __init__(self, config, accelerator=None):
+        from accelerate import Accelerator
+
+        self.config = config
+        self.acc = accelerator or Accelerator(mixed_precision=config.mixed_precision)
+        self.totals = validate(config, self.acc.num_processes)
+        self.main = self.acc.is_main_process
+        self.rank = self.acc.process_index
+        if config.allow_tf32 and torch.cuda.is_available():
+            torch.backends.cuda.matmul.allow_tf32 = True
+        torch.manual_seed(config.seed)
+
+        self._setup_run_dir()
+        self._setup_model()
+        self._setup_optimizer()
+        self._setup_data_and_rewards()
+        self.start_epoch, self.global_step = 0, 0
+        if config.resume_from:
+            self._resume(config.resume_from)
+        self.logger = MetricsLogger(
+            str(self.run_dir), tracker=config.logging.tracker, project=config.logging.project,
+            run_name=self.run_dir.name, config=config.to_dict(), enabled=self.main,
+        )
+        self._print_startup()
+
+    # ------------------------------------------------------------------ set-up
+    def _setup_run_dir(self):
+        cfg = self.config
+        name = cfg.run_name
+        if not name and cfg.resume_from:
+            # continue in the run directory the checkpoint belongs to
+            found = ckpt.find_checkpoint(cfg.resume_from)
+            self.run_dir = Path(found).parent.parent
+            return
+        if not name:
+            name = time.strftime("%Y.%m.%d_%H.%M.%S")
+        if self.acc.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            name = broadcast_object_list([name])[0]
+        self.run_dir = Path(cfg.logdir) / name
+        if self.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def _model_path(self) -> str:
+        cfg = self.config
+        if cfg.pretrained.model:
+            return cfg.pretrained.model
+        from ddpo_grpo import tiny
+
+        builders = {"sd3": tiny.build_tiny_sd3, "sd": tiny.build_tiny_sd}
+        if cfg.pretrained.tiny not in builders:
+            raise ValueError(f"pretrained.tiny={cfg.pretrained.tiny!r} must be one of {sorted(builders)}")
+        path = (Path(cfg.logdir) / "_tiny" / cfg.pretrained.tiny).resolve()
+        if self.main and not (path / "model_index.json").is_file():
+            builders[cfg.pretrained.tiny](path)
+        self.acc.wait_for_everyone()
+        return str(path)
+
+    def _setup_model(self):
+        cfg, t = self.config, self.config.train
+        self.model_path = self._model_path()
+        pipeline = load_pipeline(self.model_path)
+        self.policy = build_policy(
+            pipeline, resolution=cfg.sample.resolution, max_sequence_length=cfg.sample.max_sequence_length,
+            sde_type=cfg.sample.sde_type,
+        )
+        weight_dtype = WEIGHT_DTYPES[cfg.mixed_precision]
+        pipeline.to(self.acc.device)
+        for module in self.policy.frozen_modules():
+            module.requires_grad_(False)
+            module.eval()
+            if weight_dtype != torch.float32:
+                module.to(dtype=weight_dtype)
+        denoiser = self.policy.denoiser
+        if t.use_lora:
+            if weight_dtype != torch.float32:
+                denoiser.to(dtype=weight_dtype)
+            self.policy.add_lora(
+                rank=t.lora_rank, alpha=t.lora_alpha, target_modules=t.lora_target_modules, dropout=t.lora_dropout
+            )
+        else:
+            denoiser.requires_grad_(True)
+        self.params = trainable_parameters(denoiser)
+        for p in self.params.values():
+            p.data = p.data.float()  # trainable weights (and their optimizer state) in float32
+        self.ema = EMA(self.params, t.ema_decay) if t.ema else None
+        self.reference = None
+        if t.beta > 0:
+            self.reference = Reference(
+                self.policy, denoiser, lora=t.use_lora, update=t.reference_update,
+                freq=t.reference_update_freq, alpha=t.reference_mix_alpha,
+            )
+
+    def _setup_optimizer(self):
+        t = self.config.train
+        optimizer = torch.optim.AdamW(
+            list(self.params.values()), lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
+            weight_decay=t.adam_weight_decay, eps=t.adam_epsilon,
+        )
+        self.model, self.optimizer = self.acc.prepare(self.policy.denoiser, optimizer)
+
+    def _setup_data_and_rewards(self):
+        from reward_models import build_reward
+
+        cfg = self.config
+        self.rows = load_prompts(cfg.prompts.source)
+        self.prompt_sampler = PromptSampler(self.rows, seed=cfg.seed)
+        self.reward = build_reward(dict(cfg.reward.fns), {k: dict(v) for k, v in cfg.reward.kwargs.items()})
+        t = cfg.train
+        self.tracker = PerPromptStatTracker(
+            t.adv_mode, buffer_size=t.adv_buffer_size, min_count=t.adv_min_count, ema_decay=t.adv_ema_decay,
+            clip=t.adv_clip_max if t.adv_clip_max > 0 else None,
+        )
+        s = cfg.sample
+        self.plan = StepPlan(
+            window_size=s.sde_window_size,
+            window_range=tuple(s.sde_window_range) if s.sde_window_range is not None else None,
+            fraction=t.timestep_fraction, selection=t.timestep_selection,
+        )
+        self.noise_level = s.noise_level if self.policy.noise_field == "sample.noise_level" else s.eta
+
+    def _print_startup(self):
+        if not self.main:
+            return
+        lines = [f"run directory: {self.run_dir}", f"model: {self.model_path} ({type(self.policy).__name__})"]
+        lines += [f"{k}: {v}" for k, v in self.totals.items()]
+        lines.append(f"trainable parameters: {sum(p.numel() for p in self.params.values()):,}")
+        print("\n".join(lines), flush=True)
+
+    def autocast(self):
+        return self.acc.autocast()
+
+    # ------------------------------------------------------------------ phase 1: sampling + rewards
+    def epoch_items(self, epoch: int) -> tuple[list[dict], list[tuple[int, int]]]:
+        """The epoch's prompt rows (same on every process) and this process's (group, member) items.
+
+        Groups are laid out contiguously in a global list of images_per_epoch items, and process r takes
+        the r-th contiguous slice, so a group may span batches and processes.
+        """
+        s = self.config.sample
+        rows = self.prompt_sampler.draw(epoch, self.totals["prompts_per_epoch"])
+        items = [(g, m) for g in range(len(rows)) for m in range(s.group_size)]
+        n = self.totals["samples_per_process"]
+        return rows, items[self.rank * n : (self.rank + 1) * n]
+
+    def sample_phase(self, epoch: int):
+        cfg, s = self.config, self.config.sample
+        rows, items = self.epoch_items(epoch)
+        rollouts, scores = [], []
+        batches = range(s.num_batches_per_epoch)
+        timing = {"sample": 0.0, "reward": 0.0}
+        for b in self._progress(batches, f"epoch {epoch}: sampling"):
+            batch = items[b * s.batch_size : (b + 1) * s.batch_size]
+            seeds = [
+                derive_seed(cfg.seed, epoch, g) if s.share_group_noise else derive_seed(cfg.seed, epoch, g, m)
+                for g, m in batch
+            ]
+            generator = torch.Generator(self.acc.device).manual_seed(derive_seed(cfg.seed, epoch, self.rank, b, 1))
+            rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
+            start = time.perf_counter()
+            rollout = sample_rollout(
+                self.policy, self.policy.denoiser, [rows[g] for g, _ in batch], seeds=seeds,
+                num_steps=s.num_steps, guidance_scale=s.guidance_scale, noise_level=self.noise_level,
+                plan=self.plan, generator=generator, rng=rng, negative_prompt=s.negative_prompt,
+                autocast=self.autocast,
+            )
+            timing["sample"] += time.perf_counter() - start
+            start = time.perf_counter()
+            per_reward, _ = self.reward(rollout.images, rollout.prompts, rollout.metadata)
+            timing["reward"] += time.perf_counter() - start
+            rollouts.append(rollout)
+            scores.append(per_reward)
+        per_reward = {name: np.concatenate([sc[name] for sc in scores]) for name in self.reward.names}
+        return Rollout.cat(rollouts), per_reward, timing
+
+    # ------------------------------------------------------------------ phase 2: advantages
+    def _gather(self, values: np.ndarray) -> np.ndarray:
+        tensor = torch.as_tensor(values, dtype=torch.float32, device=self.acc.device)
+        return self.acc.gather(tensor).cpu().numpy()
+
+    def advantage_phase(self, epoch: int, per_reward: dict[str, np.ndarray]):
+        """Group-relative advantages over ALL processes' samples; returns this process's slice [n]."""
+        rows, _ = self.epoch_items(epoch)
+        all_per_reward = {name: self._gather(v) for name, v in per_reward.items()}  # process-major = global order
+        combined = self.reward.combine(all_per_reward)  # [N]
+        prompts = [rows[i // self.config.sample.group_size]["prompt"] for i in range(len(combined))]
+        valid = ~np.isnan(combined)
+        advantages = np.zeros(len(combined), dtype=np.float32)
+        adv_stats = {"adv/frac_zero_std": float("nan"), "adv/mean": float("nan"), "adv/std": float("nan")}
+        if valid.any():
+            adv, adv_stats = self.tracker.update([p for p, v in zip(prompts, valid) if v], combined[valid])
+            advantages[valid] = adv
+        stats = dict(self.reward.stats(all_per_reward, combined))
+        stats.update(adv_stats)
+        stats["reward/frac_nan"] = float(1.0 - valid.mean())
+        n = self.totals["samples_per_process"]
+        mine = torch.as_tensor(advantages[self.rank * n : (self.rank + 1) * n], device=self.acc.device)
+        return mine, stats
+
+    # ------------------------------------------------------------------ phase 3: training
+    def train_phase(self, epoch: int, rollout: Rollout, advantages: torch.Tensor) -> dict:
+        cfg, t = self.config, self.config.train
+        n, mb = len(rollout), t.batch_size
+        stats = _Stats()
+        grad_norms, mismatch, inner_run = [], float("nan"), 0
+        self.model.train()
+        for inner in range(t.num_inner_epochs):
+            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, epoch, self.rank, inner, 3))
+            perm = torch.randperm(n, generator=gen)
+            shuffled, adv = rollout.select(perm), advantages[perm.to(advantages.device)]
+            if t.shuffle_steps:
+                shuffled = _shuffle_steps(shuffled, gen)
+            inner_stats = _Stats()
+            num_minibatches = n // mb
+            for i in self._progress(range(num_minibatches), f"epoch {epoch}: training {inner + 1}/{t.num_inner_epochs}"):
+                idx = torch.arange(i * mb, (i + 1) * mb)
+                sync = (i + 1) % t.gradient_accumulation_steps == 0
+                diff = self._train_minibatch(shuffled.select(idx), adv[idx.to(adv.device)], sync, (stats, inner_stats))
+                if inner == 0 and i == 0:
+                    mismatch = diff
+                if sync:
+                    grad_norms.append(self._optimizer_step())
+            inner_run += 1
+            approx_kl = self._reduce_mean(inner_stats.mean("approx_kl"))
+            if t.kl_threshold > 0 and approx_kl > t.kl_threshold and inner + 1 < t.num_inner_epochs:
+                break
+        out = {
+            "train/loss": stats.mean("loss"), "train/policy_loss": stats.mean("policy_loss"),
+            "train/kl": stats.mean("kl") if self.reference is not None else float("nan"),
+            "train/approx_kl": stats.mean("approx_kl"), "train/clipfrac": stats.mean("clipfrac"),
+            "train/ratio_mean": stats.mean("ratio"),
+            "train/grad_norm": float(np.mean(grad_norms)) if grad_norms else float("nan"),
+        }
+        out = {k: self._reduce_mean(v) for k, v in out.items()}
+        out["train/logp_mismatch"] = self._reduce_max(mismatch)
+        out["train/inner_epochs_run"] = inner_run
+        out["train/lr"] = self.optimizer.param_groups[0]["lr"]
+        return out
+
+    def _train_minibatch(self, batch: Rollout, adv: torch.Tensor, sync: bool, stats: tuple) -> float:
+        """Backward every trained transition of one minibatch; return max |Δ log-prob| vs stored."""
+        t, s = self.config.train, self.config.sample
+        guidance = s.guidance_scale if t.cfg else 1.0
+        k_steps = batch.train_steps.shape[1]
+        mask_all = batch.train_mask
+        constant = t.loss_norm_constant or k_steps
+        weight = aggregation_weight(
+            t.loss_aggregation, num_samples=len(batch), num_transitions=k_steps, constant=constant,
+            num_valid=int(mask_all.sum()),
+        ) / t.gradient_accumulation_steps
+        loss_fn, kl_fn = policy_loss("clipped"), kl_estimator(t.kl_estimator)
+        max_diff = 0.0
+        for k in range(k_steps):
+            x, timesteps, x_next, args, levels, j, valid = transition_inputs(batch, k)
+            rows = torch.arange(len(batch), device=j.device)
+            ref_step = None
+            if self.reference is not None:  # before the policy forward: see reference.py
+                ref_out = self.reference.predict(x, timesteps, batch.cond, guidance, self.autocast)
+                ref_step = self.policy.step(ref_out, x, args, levels, prev_sample=x_next)
+            last = sync and k == k_steps - 1
+            with contextlib.nullcontext() if last else self.acc.no_sync(self.model):
+                with self.autocast():
+                    out = self.policy.predict(self.model, x, timesteps, batch.cond, guidance)
+                step = self.policy.step(out, x, args, levels, prev_sample=x_next)
+                old = batch.log_probs[rows, j]  # [B]
+                policy_term, info = loss_fn(step.log_prob, old, adv, t.clip_range)
+                loss = policy_term
+                if ref_step is not None:
+                    kl = kl_fn(step.log_prob, ref_step.log_prob, mean=step.mean, ref_mean=ref_step.mean, std=step.std)
+                    loss = loss + t.beta * kl
+                mask = valid.float()
+                self.acc.backward((loss * mask).sum() * weight)
+            max_diff = max(max_diff, float(((step.log_prob.detach() - old).abs() * mask).max()))
+            for st in stats:
+                st.add("loss", loss, mask)
+                st.add("policy_loss", policy_term, mask)
+                st.add("approx_kl", info["approx_kl"], mask)
+                st.add("clipfrac", info["clipped"], mask)
+                st.add("ratio", info["ratio"], mask)
+                if ref_step is not None:
+                    st.add("kl", kl, mask)
+        return max_diff
+
+    def _optimizer_step(self) -> float:
+        t = self.config.train
+        if t.warmup_steps > 0:
+            scale = min(1.0, (self.global_step + 1) / t.warmup_steps)
+            for group in self.optimizer.param_groups:
+                group["lr"] = t.learning_rate * scale
+        norm = self.acc.clip_grad_norm_(list(self.params.values()), t.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+        if self.ema is not None:
+            self.ema.update()
+        return float(norm)
+
+    def _reduce_mean(self, value: float) -> float:
+        if self.acc.num_processes == 1:
+            return float(value)
+        tensor = torch.tensor([value], dtype=torch.float32, device=self.acc.device)
+        gathered = self.acc.gather(tensor)
+        return float(torch.nanmean(gathered))
+
+    def _reduce_max(self, value: float) -> float:
+        if self.acc.num_processes == 1:
+            return float(value)
+        tensor = torch.tensor([value], dtype=torch.float32, device=self.acc.device)
+        return float(self.acc.gather(tensor).max())
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> Path:
+        cfg = self.config
+        for epoch in range(self.start_epoch, cfg.num_epochs):
+            epoch_start = time.perf_counter()
+            rollout, per_reward, timing = self.sample_phase(epoch)
+            advantages, metrics = self.advantage_phase(epoch, per_reward)
+            start = time.perf_counter()
+            metrics.update(self.train_phase(epoch, rollout, advantages))
+            timing["train"] = time.perf_counter() - start
+            if self.reference is not None:
+                self.reference.after_epoch(epoch)
+            metrics.update({f"perf/{k}_s": v for k, v in timing.items()})
+            metrics["perf/epoch_s"] = time.perf_counter() - epoch_start
+            metrics["progress/images_seen"] = (epoch + 1) * self.totals["images_per_epoch"]
+            self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
+            if self.main:
+                print(_summary(epoch, metrics), flush=True)
+            if cfg.logging.image_freq and (epoch % cfg.logging.image_freq == 0 or epoch == cfg.num_epochs - 1):
+                self.log_images(epoch)
+            last = epoch == cfg.num_epochs - 1
+            if cfg.save_freq and ((epoch + 1) % cfg.save_freq == 0 or last):
+                self.save_checkpoint(epoch)
+        final = self.export_final()
+        self.logger.close()
+        return final
+
+    # ------------------------------------------------------------------ images, checkpoints, export
+    def _weights_for_eval(self):
+        return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
+
+    def log_images(self, epoch: int) -> None:
+        """Deterministic samples (noise_level 0, eval_num_steps) of fixed prompts and seeds."""
+        if not self.main:
+            return
+        cfg, s = self.config, self.config.sample
+        rows = [self.rows[i % len(self.rows)] for i in range(cfg.logging.num_images)]
+        self.policy.denoiser.eval()
+        with self._weights_for_eval():
+            rollout = sample_rollout(
+                self.policy, self.policy.denoiser, rows, seeds=list(range(len(rows))), num_steps=s.eval_num_steps,
+                guidance_scale=s.guidance_scale, noise_level=0.0, negative_prompt=s.negative_prompt,
+                autocast=self.autocast,
+            )
+        self.logger.log_images(rollout.images, rollout.prompts, epoch=epoch, global_step=self.global_step)
+
+    def save_checkpoint(self, epoch: int) -> None:
+        self.acc.wait_for_everyone()
+        if self.main:
+            tensors = {"model": {k: p.detach().float().cpu() for k, p in self.params.items()}}
+            if self.ema is not None:
+                tensors["ema"] = self.ema.state_dict()
+            if self.reference is not None and self.reference.state_dict():
+                tensors["reference"] = self.reference.state_dict()
+            state = {
+                "epoch": epoch, "global_step": self.global_step, "tracker": self.tracker.state_dict(),
+                "rng": ckpt.rng_state(), "config": json.loads(self.config.to_json()),
+            }
+            ckpt.save_checkpoint(
+                self.run_dir, epoch, tensors=tensors, optimizer_state=self.optimizer.state_dict(), state=state,
+                keep_last=self.config.num_checkpoint_limit or None,
+            )
+        self.acc.wait_for_everyone()
+
+    def _resume(self, path: str) -> None:
+        found = ckpt.find_checkpoint(path)
+        loaded = ckpt.load_checkpoint(found)
+        weights = loaded["tensors"]["model"]
+        missing = set(self.params) - set(weights)
+        if missing:
+            raise ValueError(
+                f"checkpoint {found} does not match this model ({len(missing)} trainable weights missing, e.g. "
+                f"{sorted(missing)[:2]}); check train.use_lora / lora_rank / pretrained.model against the resumed run"
+            )
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(weights[name].to(p.device))
+        if loaded["optimizer_state"] is not None:
+            self.optimizer.load_state_dict(loaded["optimizer_state"])
+        if self.ema is not None and "ema" in loaded["tensors"]:
+            self.ema.load_state_dict(loaded["tensors"]["ema"])
+        if self.reference is not None and "reference" in loaded["tensors"]:
+            self.reference.load_state_dict(loaded["tensors"]["reference"])
+        state = loaded["state"]
+        self.tracker.load_state_dict(state["tracker"])
+        ckpt.set_rng_state(state["rng"])
+        self.start_epoch, self.global_step = state["epoch"] + 1, state["global_step"]
+        if self.main:
+            print(f"resumed from {found} (continuing at epoch {self.start_epoch})", flush=True)
+
+    def export_final(self) -> Path:
+        """Write <run>/final/ atomically: LoRA weights (diffusers format) or a full pipeline."""
+        final = self.run_dir / "final"
+        self.acc.wait_for_everyone()
+        if self.main:
+            tmp = self.run_dir / f".tmp-final-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            with self._weights_for_eval():
+                if self.config.train.use_lora:
+                    self.policy.save_lora(tmp, self.policy.denoiser)
+                    manifest = {"kind": "lora", "base_model": str(Path(self.model_path).resolve()) if Path(self.model_path).exists() else self.model_path}
+                else:
+                    self.policy.save_pipeline(tmp)
+                    manifest = {"kind": "full"}
+            manifest["pipeline_class"] = type(self.policy.pipeline).__name__
+            (tmp / FINAL_MANIFEST).write_text(json.dumps(manifest, indent=2))
+            old = self.run_dir / f".old-final-{os.getpid()}"
+            if final.exists():
+                final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+            print(f"final model written to {final}", flush=True)
+        self.acc.wait_for_everyone()
+        return final
+
+    def _progress(self, iterable, desc: str):
+        if not (self.main and self.config.logging.progress):
+            return iterable
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, desc=desc, leave=False)
+
+
+def _shuffle_steps(rollout: Rollout, gen: torch.Generator) -> Rollout:
+    """Permute each sample's trained steps independently (the validity mask moves with them)."""
+    b, k = rollout.train_steps.shape
+    order = torch.argsort(torch.rand(b, k, generator=gen), dim=1).to(rollout.train_steps.device)
+    rollout.train_steps = torch.gather(rollout.train_steps, 1, order)
+    rollout.train_mask = torch.gather(rollout.train_mask, 1, order)
+    return rollout
+
+
+def _summary(epoch: int, m: dict) -> str:
+    keys = ["reward/mean", "reward/std", "train/approx_kl", "train/clipfrac", "train/logp_mismatch", "perf/epoch_s"]
+    parts = [f"{k.split('/', 1)[1]}={m[k]:.4g}" for k in keys if k in m and m[k] == m[k]]
+    return f"epoch {epoch}: " + " ".join(parts)

@@ -1,0 +1,72 @@
+"""Named sets of trainable weights: snapshots, in-place mixing, temporary swaps, EMA.
+
+Both the reference policy (hard / soft updates) and the EMA of the trainable weights are "another
+value of the same parameters". They are kept as plain dicts name -> tensor and swapped into the
+model only for the forward passes that need them (`swapped`), which costs no copy: the parameters'
+`.data` pointers are exchanged and restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """name -> parameter for every parameter that requires grad (LoRA factors, or the whole denoiser)."""
+    return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
+def snapshot(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached float32 copies (kept in float32 so that repeated mixing does not lose precision)."""
+    return {name: p.detach().clone().float() for name, p in params.items()}
+
+
+@torch.no_grad()
+def mix_(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor], alpha: float) -> None:
+    """target ← α·target + (1 − α)·source, in place (α = 0 is a hard copy)."""
+    for name, value in target.items():
+        value.mul_(alpha).add_(source[name].detach().float(), alpha=1.0 - alpha)
+
+
+@contextlib.contextmanager
+def swapped(params: dict[str, torch.nn.Parameter], values: dict[str, torch.Tensor]):
+    """Temporarily make each parameter hold `values[name]` (cast to its dtype); restore on exit.
+
+    Only for forward passes without autograd graphs that outlive the context (run under no_grad).
+    """
+    originals = {}
+    try:
+        for name, p in params.items():
+            originals[name] = p.data
+            p.data = values[name].to(device=p.device, dtype=p.dtype)
+        yield
+    finally:
+        for name, data in originals.items():
+            params[name].data = data
+
+
+class EMA:
+    """Exponential moving average θ_ema ← d·θ_ema + (1 − d)·θ of the trainable weights."""
+
+    def __init__(self, params: dict[str, torch.nn.Parameter], decay: float):
+        self.params = params
+        self.decay = float(decay)
+        self.shadow = snapshot(params)
+
+    def update(self) -> None:
+        mix_(self.shadow, self.params, self.decay)
+
+    def applied(self):
+        """Context in which the model holds the EMA weights (for evaluation and export)."""
+        return swapped(self.params, self.shadow)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.shadow
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        missing = set(self.shadow) - set(state)
+        if missing:
+            raise ValueError(f"EMA checkpoint is missing {len(missing)} weights, e.g. {sorted(missing)[:3]}")
+        self.shadow = {k: state[k].clone().float() for k in self.shadow}

@@ -1,0 +1,18 @@
+"""Reward plug-ins: batched ``fn(images, prompts, metadata) -> (scores, info)``.
+
+Use :func:`build_reward` with ``{name: weight}`` to get a :class:`MultiReward`;
+names come from :data:`REGISTRY` or are ``"path/to/file.py:fn_name"`` specs.
+Importing this package registers the built-in rewards (cheap: no model weights).
+"""
+from .registry import (
+    REGISTRY,
+    MultiReward,
+    build_reward,
+    load_reward,
+    register,
+    to_pil,
+    to_uint8,
+)
+from . import compression  # noqa: F401  (registers the JPEG rewards)
+
+__all__ = ["REGISTRY", "MultiReward", "build_reward", "load_reward", "register", "to_pil", "to_uint8"]

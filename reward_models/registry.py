@@ -1,0 +1,262 @@
+"""Reward registry, loading of user reward files, and the weighted ``MultiReward``.
+
+Contract of a batched reward function::
+
+    fn(images, prompts, metadata) -> (scores, info)
+
+* ``images``: float tensor in ``[0, 1]`` of shape ``(B, 3, H, W)``;
+* ``prompts``: ``list[str]`` of length ``B``;
+* ``metadata``: ``list[dict]`` of length ``B`` (the dataset rows);
+* ``scores``: anything coercible to ``np.float32`` of shape ``[B]``
+  (``np.ndarray``, list, tensor); ``NaN`` means "not applicable to this sample";
+* ``info``: ``dict`` of extra diagnostics (may be empty).
+
+A *factory* is ``factory(**kwargs) -> fn``; the registry maps names to factories
+so that heavy imports (models, weights) only happen when a reward is requested.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+RewardFn = Callable[[Any, List[str], List[dict]], Tuple[Any, dict]]
+RewardFactory = Callable[..., RewardFn]
+
+#: name -> factory(**kwargs) -> reward fn
+REGISTRY: Dict[str, RewardFactory] = {}
+
+
+def to_uint8(images: Any) -> np.ndarray:
+    """Float ``(B, 3, H, W)`` images in ``[0, 1]`` (tensor or array) -> uint8 ``[B, H, W, 3]``.
+
+    Values are clamped to ``[0, 1]`` and rounded to the nearest of the 256 levels.
+    """
+    if hasattr(images, "detach"):  # torch tensor, without importing torch here
+        images = images.detach().float().cpu().numpy()
+    arr = np.asarray(images, dtype=np.float32)
+    if arr.ndim != 4 or arr.shape[1] != 3:
+        raise ValueError(f"expected images of shape (B, 3, H, W) in [0, 1], got shape {tuple(arr.shape)}")
+    arr = np.round(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8)
+    return np.ascontiguousarray(arr.transpose(0, 2, 3, 1))
+
+
+def to_pil(images: Any) -> list:
+    """Float ``(B, 3, H, W)`` images in ``[0, 1]`` -> list of RGB ``PIL.Image`` (uint8 rounding)."""
+    from PIL import Image
+
+    return [Image.fromarray(a) for a in to_uint8(images)]
+
+
+def register(name: str) -> Callable[[RewardFactory], RewardFactory]:
+    """Decorator adding ``factory`` to :data:`REGISTRY` under ``name``.
+
+    Raises ``ValueError`` if the name is already taken by a different factory.
+    """
+
+    def deco(factory: RewardFactory) -> RewardFactory:
+        existing = REGISTRY.get(name)
+        if existing is not None and existing is not factory:
+            raise ValueError(
+                f"reward {name!r} is already registered ({existing.__module__}.{existing.__qualname__}); "
+                "pick another name"
+            )
+        REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def _available() -> str:
+    names = ", ".join(sorted(REGISTRY)) or "(none)"
+    return f"registered rewards: {names}; or a user file as 'path/to/file.py:fn_name'"
+
+
+def _load_user_attr(spec_str: str) -> Any:
+    """Import ``path/to/file.py`` and return its attribute ``fn_name``."""
+    path, _, attr = spec_str.rpartition(":")
+    if not path or not attr:
+        raise ValueError(f"reward {spec_str!r}: expected 'path/to/file.py:fn_name'")
+    path = os.path.expanduser(path)
+    if not os.path.isfile(path):
+        raise ValueError(
+            f"reward {spec_str!r}: file {path!r} does not exist (cwd: {os.getcwd()}); "
+            "give a path to a .py file followed by ':fn_name'"
+        )
+    mod_name = "_user_reward_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"reward {spec_str!r}: cannot import {path!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # surface the user file's error with context
+        raise RuntimeError(f"reward {spec_str!r}: importing {path!r} failed: {exc}") from exc
+    if not hasattr(module, attr):
+        public = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+        raise ValueError(
+            f"reward {spec_str!r}: file {path!r} has no attribute {attr!r}; "
+            f"callables defined there: {public}"
+        )
+    obj = getattr(module, attr)
+    if not callable(obj):
+        raise ValueError(f"reward {spec_str!r}: {attr!r} in {path!r} is not callable")
+    return obj
+
+
+def _is_factory(obj: Callable) -> bool:
+    """A user callable is treated as a factory if it cannot take 3 positional args."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind(None, None, None)
+        return False
+    except TypeError:
+        return True
+
+
+def load_reward(name: str, **kwargs: Any) -> RewardFn:
+    """Build a reward fn from a registry ``name`` or a ``"path/to/file.py:attr"`` spec.
+
+    For a user file, ``attr`` may be either a reward fn (used directly; ``kwargs``
+    must then be empty) or a factory ``factory(**kwargs) -> fn``. A callable that
+    accepts three positional arguments is taken to be a reward fn.
+    """
+    if name in REGISTRY:
+        return REGISTRY[name](**kwargs)
+    if ":" in name:
+        obj = _load_user_attr(name)
+        if _is_factory(obj):
+            fn = obj(**kwargs)
+            if not callable(fn):
+                raise ValueError(f"reward {name!r}: factory returned {type(fn).__name__}, expected a callable")
+            return fn
+        if kwargs:
+            raise ValueError(
+                f"reward {name!r} is a plain reward fn(images, prompts, metadata), so it cannot take "
+                f"reward.kwargs {sorted(kwargs)}; remove them or make it a factory(**kwargs) -> fn"
+            )
+        return obj
+    raise ValueError(f"unknown reward {name!r}; {_available()}")
+
+
+def _coerce_scores(name: str, scores: Any, batch: int) -> np.ndarray:
+    """Turn a reward's output into float32 ``[B]`` or raise a ValueError naming the reward."""
+    if hasattr(scores, "detach"):  # torch tensor without importing torch
+        scores = scores.detach().float().cpu().numpy()
+    if scores is None or isinstance(scores, (str, bytes, dict)):
+        raise ValueError(
+            f"reward {name!r} returned non-numeric scores of type {type(scores).__name__}; "
+            "return a float array/list/tensor of shape [B] (NaN = not applicable)"
+        )
+    try:
+        arr = np.asarray(scores, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"reward {name!r} returned non-numeric scores of type {type(scores).__name__}; "
+            "return a float array/list/tensor of shape [B] (NaN = not applicable)"
+        ) from exc
+    arr = arr.reshape(-1) if arr.ndim > 1 and arr.size == batch else arr
+    if arr.ndim != 1 or arr.shape[0] != batch:
+        got = arr.shape[0] if arr.ndim == 1 else tuple(arr.shape)
+        raise ValueError(f"reward {name!r} returned {got} scores, expected {batch} (one per image)")
+    return arr
+
+
+class MultiReward:
+    """Weighted set of rewards: ``(name, weight, fn)`` triples.
+
+    ``__call__`` returns the per-reward scores; :meth:`combine` reduces them to the
+    scalar reward used for advantages; :meth:`stats` gives logging metrics.
+    """
+
+    def __init__(self, entries: Sequence[Tuple[str, float, RewardFn]]):
+        if not entries:
+            raise ValueError("MultiReward needs at least one reward")
+        self.entries: List[Tuple[str, float, RewardFn]] = [(n, float(w), f) for n, w, f in entries]
+
+    @property
+    def names(self) -> List[str]:
+        """Reward names in evaluation order."""
+        return [n for n, _, _ in self.entries]
+
+    @property
+    def weights(self) -> Dict[str, float]:
+        """name -> weight."""
+        return {n: w for n, w, _ in self.entries}
+
+    def __call__(self, images: Any, prompts: List[str], metadata: List[dict]) -> Tuple[Dict[str, np.ndarray], dict]:
+        """Evaluate every reward; returns ``(per_reward, info)``.
+
+        ``info`` holds each reward's info dict under its name (only non-empty ones).
+        """
+        batch = len(images)
+        if len(prompts) != batch or len(metadata) != batch:
+            raise ValueError(
+                f"rewards got {batch} images but {len(prompts)} prompts and {len(metadata)} metadata rows"
+            )
+        per_reward: Dict[str, np.ndarray] = {}
+        info: Dict[str, Any] = {}
+        for name, _, fn in self.entries:
+            try:
+                out = fn(images, prompts, metadata)
+            except Exception as exc:
+                raise RuntimeError(f"reward {name!r} raised {type(exc).__name__}: {exc}") from exc
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise ValueError(f"reward {name!r} must return a (scores, info) tuple, got {type(out).__name__}")
+            scores, r_info = out
+            per_reward[name] = _coerce_scores(name, scores, batch)
+            if r_info:
+                info[name] = r_info
+        return per_reward, info
+
+    def combine(self, per_reward: Dict[str, np.ndarray]) -> np.ndarray:
+        """Weighted sum ``sum_i w_i * s_i``; NaN terms are skipped, all-NaN -> NaN."""
+        stacked = np.stack([np.asarray(per_reward[n], dtype=np.float32) for n in self.names])  # [R, B]
+        w = np.asarray([w for _, w, _ in self.entries], dtype=np.float32)[:, None]
+        valid = ~np.isnan(stacked)
+        total = np.where(valid, stacked * w, 0.0).sum(axis=0).astype(np.float32)
+        total[~valid.any(axis=0)] = np.nan
+        return total
+
+    def stats(self, per_reward: Dict[str, np.ndarray], combined: np.ndarray) -> Dict[str, float]:
+        """NaN-aware mean/std of the combined reward and of each reward."""
+
+        def mean_std(x: np.ndarray) -> Tuple[float, float]:
+            x = np.asarray(x, dtype=np.float64)
+            x = x[~np.isnan(x)]
+            if x.size == 0:
+                return float("nan"), float("nan")
+            return float(x.mean()), float(x.std())
+
+        out: Dict[str, float] = {}
+        out["reward/mean"], out["reward/std"] = mean_std(combined)
+        for name in self.names:
+            out[f"reward/{name}/mean"], out[f"reward/{name}/std"] = mean_std(per_reward[name])
+        return out
+
+
+def build_reward(fns: Dict[str, float], kwargs: Optional[Dict[str, dict]] = None) -> MultiReward:
+    """Build a :class:`MultiReward` from ``{name: weight}`` and optional ``{name: factory kwargs}``."""
+    if not fns:
+        raise ValueError(
+            "no rewards configured: set reward.fns = {name: weight}, e.g. {'jpeg_compressibility': 1.0}; "
+            + _available()
+        )
+    kwargs = dict(kwargs or {})
+    unknown_kw = sorted(set(kwargs) - set(fns))
+    if unknown_kw:
+        raise ValueError(f"reward.kwargs has entries {unknown_kw} that are not in reward.fns {sorted(fns)}")
+    entries = []
+    for name, weight in fns.items():
+        try:
+            weight = float(weight)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"reward.fns[{name!r}]: weight {weight!r} is not a number") from exc
+        entries.append((name, weight, load_reward(name, **kwargs.get(name, {}))))
+    return MultiReward(entries)

@@ -1,0 +1,54 @@
+"""Fine-tune a diffusion / flow-matching generator with GRPO (group-relative policy optimisation).
+
+Algorithm (one epoch; see ddpo_grpo/trainer.py for the phases):
+  1. For P = images_per_epoch / group_size prompts, sample group_size images each with the current
+     policy. Every denoising step is a Gaussian transition π_θ(x_{j+1} | x_j, c): DDIM with η > 0 for
+     SD-family models (DDPO, Black et al. 2023), or an SDE that shares the ODE's marginals for flow
+     models (Flow-GRPO, Liu et al. 2025; DanceGRPO; coefficients-preserving sampling). The latents,
+     timesteps and log π_old of every step are stored.
+  2. Score the images with the reward plug-ins (weighted sum) and turn rewards into group-relative
+     advantages A = (r − μ_prompt) / σ_prompt (or another train.adv_mode), clipped to ±adv_clip_max.
+  3. For train.num_inner_epochs passes over the STORED transitions: recompute log π_θ of each stored
+     x_{j+1}, ratio ρ = exp(log π_θ − log π_old), minimise the PPO clipped surrogate
+     max(−A·ρ, −A·clip(ρ, 1 ± ε)) (+ β·KL(π_θ ‖ π_ref)), averaged over trained transitions.
+     Stop the inner passes early when the mean approximate KL to π_old exceeds train.kl_threshold.
+
+Deliberate departures from the papers:
+  - log-probs are averaged (not summed) over latent dimensions, as Flow-GRPO does, so the clip range
+    and KL are per-dimension quantities and do not scale with resolution;
+  - a group may span sampling batches and processes (all processes agree on the epoch's prompts);
+  - steps with zero transition std (e.g. CPS's last step, ODE steps outside an SDE window) are never
+    trained, since they have no density;
+  - the reference for LoRA runs is the base model with adapters disabled, not a second copy.
+
+Launch:
+  python scripts/train.py                                         # embedded quickstart (CPU, minutes)
+  python scripts/train.py --config config/sd.py:aesthetic         # a named experiment
+  python scripts/train.py --config config/sd3.py:pickscore --config.pretrained.model=/path/to/sd3.5m
+  accelerate launch --num_processes 8 scripts/train.py --config config/sd3.py:geneval   # many GPUs
+  ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 scripts/train.py  # 2 CPU processes
+Any field can be overridden: --config.train.learning_rate=1e-4 --config.sample.num_steps=20
+"""
+
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # config/ files import config.base
+
+from absl import app  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(REPO, "config", "quickstart.py"), "experiment config: path/to/file.py[:name]"
+)
+
+
+def main(_):
+    from ddpo_grpo.trainer import Trainer
+
+    Trainer(_CONFIG.value).run()
+
+
+if __name__ == "__main__":
+    app.run(main)

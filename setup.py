@@ -1,0 +1,27 @@
+"""Install ddpo_grpo: `pip install -e .` (add `.[test]` for the test suite)."""
+from setuptools import find_packages, setup
+
+setup(
+    name="ddpo_grpo",
+    version="0.1.0",
+    description="Fine-tune diffusion and flow-matching generators with group-relative policy optimisation (GRPO).",
+    packages=find_packages(include=["ddpo_grpo", "ddpo_grpo.*", "reward_models", "reward_models.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "torch",
+        "torchvision",
+        "diffusers",
+        "transformers",
+        "accelerate",
+        "ml-collections",
+        "absl-py",
+        "peft",
+        "safetensors",
+        "open_clip_torch",
+        "wandb",
+        "pillow",
+        "numpy",
+        "tqdm",
+    ],
+    extras_require={"test": ["pytest"]},
+)
