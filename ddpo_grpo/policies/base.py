@@ -139,12 +139,25 @@ class Policy:
         self.denoiser.add_adapter(config)
 
     def save_lora(self, out_dir, model: torch.nn.Module) -> None:
-        """Write the LoRA layers of `model` in diffusers' format (`Pipeline.load_lora_weights` reads it)."""
-        from diffusers.utils import convert_state_dict_to_diffusers
+        """Write the LoRA layers of `model` as `Pipeline.save_lora_weights` does (read by `load_lora_weights`).
+
+        The layers are saved in peft's key format, which every diffusers LoRA loader accepts (the old
+        `convert_state_dict_to_diffusers` renaming to `lora.up/down` is NOT applied: SD3's loader silently
+        drops such keys), together with the adapter's LoraConfig as metadata, without which a loader
+        assumes lora_alpha = rank and scales the update wrongly whenever alpha ≠ rank.
+        """
         from peft.utils import get_peft_model_state_dict
 
-        layers = convert_state_dict_to_diffusers(get_peft_model_state_dict(model))
-        type(self.pipeline).save_lora_weights(str(out_dir), **{self.lora_layers_kwarg: layers})
+        layers = get_peft_model_state_dict(model)
+        metadata = model.peft_config["default"].to_dict()
+        type(self.pipeline).save_lora_weights(
+            str(out_dir), **{self.lora_layers_kwarg: layers, self.lora_metadata_kwarg: metadata}
+        )
+
+    @property
+    def lora_metadata_kwarg(self) -> str:
+        """`unet_lora_adapter_metadata` / `transformer_lora_adapter_metadata` of `save_lora_weights`."""
+        return self.lora_layers_kwarg.replace("_lora_layers", "_lora_adapter_metadata")
 
     def save_pipeline(self, out_dir) -> None:
         """Write the complete pipeline (full fine-tune), loadable with `Pipeline.from_pretrained`."""

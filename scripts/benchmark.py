@@ -1,0 +1,246 @@
+"""Overhead benchmark: what the RL bookkeeping costs on top of the unavoidable model work.
+
+What is measured, on the same tiny pipeline (`ddpo_grpo.tiny`, "sd3" = flow matching, "sd" = DDIM),
+the same prompts, number of steps, batch size and resolution:
+
+(a) rollout ÷ pipeline   `ddpo_grpo.rollout.sample_rollout` (every transition recorded with its
+    log-prob, the kernel's default noise: SD3 flow_grpo noise_level 0.7, SD eta 1.0) against the plain
+    diffusers call `pipeline(prompt, negative_prompt, num_inference_steps, guidance_scale, height,
+    width, output_type="pt", ...)` on the SAME pipeline object (progress bar off). Both encode the
+    prompts, run T CFG denoiser passes of batch 2B and decode to tensors. Target ≤ 1.05.
+(b) train pass ÷ bare loop   `Trainer.train_phase` (quickstart config, LoRA) over a rollout from
+    `Trainer.sample_phase`, against a bare loop over the same minibatches and trained steps:
+    `policy.predict` with CFG, a trivial loss `out.float().pow(2).mean()`, `backward()`, and one
+    optimizer step + zero_grad per minibatch. The bare loop's optimizer is a separate AdamW with the
+    trainer's hyper-parameters but lr = 0 (same arithmetic as the trainer's step, weights untouched),
+    and its inputs are gathered before the clock starts. Target ≤ 1.15.
+
+Why ratios: this machine's CPU cores are shared with other jobs, so absolute seconds drift by tens
+of percent from minute to minute. Each measured function is warmed up once, then the two sides are
+timed alternately (A, B, A, B, …) in one process, so both see the same machine state; the table
+reports the median time of each side and the median of the per-repeat ratios A/B, which is far more
+stable than either time.
+
+How to run:
+    python scripts/benchmark.py                          # defaults: both models, 32 px, 7 repeats
+    python scripts/benchmark.py --resolution 32,64 --repeats 5 --models sd3
+
+How to read the table: one row per (model, resolution, measurement). "ours" is our code path, "baseline"
+the plain reference it is compared with, "ratio" = median over repeats of ours/baseline (1.00 =
+no overhead), "target" the ceiling we aim for; "ok" / "MISS" says whether the ratio meets it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+TARGETS = {"rollout": 1.05, "train": 1.15}
+
+
+def interleaved(fn_a, fn_b, repeats: int) -> dict:
+    """Warm up each function once, then time A, B, A, B, … ; medians and median of per-repeat ratios."""
+    fn_a()
+    fn_b()
+    times_a, times_b = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn_a()
+        times_a.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        fn_b()
+        times_b.append(time.perf_counter() - start)
+    ratios = [a / b for a, b in zip(times_a, times_b)]
+    return {
+        "ours": statistics.median(times_a),
+        "baseline": statistics.median(times_b),
+        "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+    }
+
+
+def make_config(model: str, args, resolution: int, logdir: str):
+    from config.quickstart import quickstart
+
+    cfg = quickstart()
+    cfg.logdir = logdir
+    cfg.run_name = f"bench_{model}_{resolution}"
+    cfg.pretrained.tiny = model
+    cfg.sample.num_steps = args.num_steps
+    cfg.sample.batch_size = args.batch_size
+    cfg.sample.num_batches_per_epoch = 1
+    cfg.sample.resolution = resolution
+    cfg.save_freq = 0
+    cfg.logging.progress = False
+    cfg.logging.tracker = "none"
+    cfg.logging.image_freq = 0
+    return cfg
+
+
+def build_trainer(cfg):
+    from ddpo_grpo.trainer import Trainer
+
+    with contextlib.redirect_stdout(io.StringIO()):  # start-up banner
+        return Trainer(cfg)
+
+
+# ---------------------------------------------------------------------------------------- (a)
+def bench_rollout(trainer, args) -> dict:
+    """sample_rollout vs pipeline(...) on the trainer's own pipeline (same denoiser, LoRA included)."""
+    from ddpo_grpo.rollout import sample_rollout
+
+    cfg, s = trainer.config, trainer.config.sample
+    policy, pipe = trainer.policy, trainer.policy.pipeline
+    pipe.set_progress_bar_config(disable=True)
+    policy.denoiser.eval()
+    b = s.batch_size
+    rows = [trainer.rows[i % len(trainer.rows)] for i in range(b)]
+    prompts = [r["prompt"] for r in rows]
+    seeds = list(range(b))
+    noise = trainer.noise_level  # SD3: sample.noise_level (0.7, flow_grpo); SD: sample.eta (1.0)
+
+    def ours():
+        generator = torch.Generator(policy.device).manual_seed(0)
+        sample_rollout(
+            policy, policy.denoiser, rows, seeds=seeds, num_steps=s.num_steps, guidance_scale=s.guidance_scale,
+            noise_level=noise, generator=generator, negative_prompt=s.negative_prompt,
+        )
+
+    kwargs = {}
+    if policy.noise_field == "sample.noise_level":
+        kwargs["max_sequence_length"] = s.max_sequence_length
+    else:
+        kwargs["eta"] = noise  # DDIM with the same stochasticity (draws the same amount of noise)
+
+    def baseline():
+        generator = torch.Generator(policy.device).manual_seed(0)
+        pipe(
+            prompt=prompts, negative_prompt=[s.negative_prompt] * b, num_inference_steps=s.num_steps,
+            guidance_scale=s.guidance_scale, height=s.resolution, width=s.resolution, output_type="pt",
+            generator=generator, **kwargs,
+        )
+
+    with torch.no_grad():
+        result = interleaved(ours, baseline, args.repeats)
+    policy.denoiser.train()
+    return result
+
+
+# ---------------------------------------------------------------------------------------- (b)
+def bench_train(trainer, args) -> dict:
+    """Trainer.train_phase vs the bare predict + backward + optimizer-step loop over the same inputs."""
+    from ddpo_grpo.rollout import transition_inputs
+
+    cfg, t, s = trainer.config, trainer.config.train, trainer.config.sample
+    rollout, per_reward, _ = trainer.sample_phase(0)
+    advantages, _ = trainer.advantage_phase(0, per_reward)
+    guidance = s.guidance_scale if t.cfg else 1.0
+    policy, model = trainer.policy, trainer.model
+
+    # The bare loop's inputs, gathered before timing: per minibatch, per trained step k, (x_j, t_j, cond).
+    n, mb = len(rollout), t.batch_size
+    minibatches = []
+    for i in range(n // mb):
+        batch = rollout.select(torch.arange(i * mb, (i + 1) * mb))
+        steps = []
+        for k in range(batch.train_steps.shape[1]):
+            x, timesteps, *_ = transition_inputs(batch, k)
+            steps.append((x.contiguous(), timesteps.contiguous()))
+        minibatches.append((batch.cond, steps))
+    params = list(trainer.params.values())
+    bare_optimizer = torch.optim.AdamW(
+        params, lr=0.0, betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.adam_weight_decay, eps=t.adam_epsilon,
+    )
+    state = {"epoch": 0}
+
+    def ours():
+        state["epoch"] += 1
+        trainer.train_phase(state["epoch"], rollout, advantages)
+
+    def baseline():
+        model.train()
+        for _ in range(t.num_inner_epochs):
+            for cond, steps in minibatches:
+                for x, timesteps in steps:
+                    with trainer.autocast():
+                        out = policy.predict(model, x, timesteps, cond, guidance)
+                    out.float().pow(2).mean().backward()
+                bare_optimizer.step()
+                bare_optimizer.zero_grad(set_to_none=True)
+
+    result = interleaved(ours, baseline, args.repeats)
+    result["detail"] = f"{n // mb} minibatches × K={rollout.train_steps.shape[1]} steps × {t.num_inner_epochs} inner"
+    return result
+
+
+# ---------------------------------------------------------------------------------------- main
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=7, help="timed A/B pairs per measurement (after 1 warm-up)")
+    parser.add_argument("--num_steps", type=int, default=10, help="denoising steps T")
+    parser.add_argument("--batch_size", type=int, default=8, help="images per sampling batch (sample.batch_size)")
+    parser.add_argument("--resolution", default="32", help="image side in pixels; a comma list runs each, e.g. 32,64")
+    parser.add_argument("--models", default="sd3,sd", help="comma list of tiny pipelines: sd3, sd")
+    parser.add_argument("--only", default="rollout,train", help="comma list of measurements: rollout, train")
+    parser.add_argument(
+        "--threads", type=int, default=0,
+        help="torch.set_num_threads(N) before measuring; 0 = leave torch's default (on a shared 2-core machine, "
+        "1 gives far steadier numbers: see the note in the module docstring)",
+    )
+    args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    resolutions = [int(r) for r in args.resolution.split(",") if r.strip()]
+    only = {m.strip() for m in args.only.split(",")}
+
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; repeats={args.repeats} "
+        f"num_steps={args.num_steps} batch_size={args.batch_size} resolution={resolutions}",
+        flush=True,
+    )
+    results = []
+    start_all = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ddpo_grpo_bench_") as logdir:
+        for model in models:
+            for resolution in resolutions:
+                trainer = build_trainer(make_config(model, args, resolution, logdir))
+                label = f"{model} @{resolution}px"
+                if "rollout" in only:
+                    r = bench_rollout(trainer, args)
+                    results.append((label, "rollout / pipeline()", r, TARGETS["rollout"]))
+                    print(f"  {label}: rollout done ({r['ratio']:.3f})", flush=True)
+                if "train" in only:
+                    r = bench_train(trainer, args)
+                    results.append((label, "train_phase / bare loop", r, TARGETS["train"]))
+                    print(f"  {label}: train done ({r['ratio']:.3f}; {r['detail']})", flush=True)
+                del trainer
+
+    header = f"{'model':<12} | {'measurement':<24} | {'ours (s)':>9} | {'baseline (s)':>12} | {'ratio':>6} | {'min-max':>11} | target"
+    print()
+    print(header)
+    print("-" * len(header))
+    for label, name, r, target in results:
+        verdict = "ok" if r["ratio"] <= target else "MISS"
+        print(
+            f"{label:<12} | {name:<24} | {r['ours']:>9.4f} | {r['baseline']:>12.4f} | {r['ratio']:>6.3f} | "
+            f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f} | ≤ {target:.2f} {verdict}"
+        )
+    print(f"\ntotal wall time {time.perf_counter() - start_all:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Sample images from a pipeline or a finished run: one PNG per prompt (per image) and an index.jsonl.
+
+Usage:
+  python scripts/sample.py --model DIR --prompts FILE --out DIR --seed N [options]
+
+  --model    a diffusers pipeline directory, a hub id, or a training run's output (the run directory
+             or its final/; a LoRA run is loaded as its base model plus the exported LoRA weights)
+  --prompts  a .txt (one prompt a line), .json (list of {"prompt": ...}) or .jsonl file, or a
+             built-in prompt list name (see ddpo_grpo.prompts.BUILTIN_PROMPTS)
+  --out      output directory (created): 00000.png, 00001.png, ... and index.jsonl with one line
+             {"prompt": ..., "file": ..., "seed": ...} per image (file relative to --out); with
+             --images_per_prompt K > 1 files are 00000_0.png ... 00000_{K-1}.png and rows carry
+             "index" (k); the other fields of a JSON prompt row are copied under "metadata".
+
+Examples:
+  python scripts/sample.py --model logs/my_run --prompts simple --out samples/my_run --seed 0
+  python scripts/sample.py --model stabilityai/stable-diffusion-3.5-medium --prompts prompts.txt \
+      --out samples/base --seed 0 --resolution 512 --num_steps 40 --guidance_scale 4.5
+
+Sampling is exactly the policy's sampler (`ddpo_grpo.rollout.sample_rollout` on the model family's
+`Policy` adapter), so images match what training and its evaluation images see. The initial noise of
+image k of prompt i is drawn from a seed derived from (--seed, i, k) only, so with the default
+--noise_level 0 (deterministic ODE / DDIM η=0) an image does not depend on --batch_size or on the
+other prompts. With --noise_level > 0 each step also draws noise from a generator seeded per batch,
+so stochastic samples are reproducible for a given (--seed, --batch_size) but change with the batching.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+class UsageError(Exception):
+    """A problem with the command-line arguments, reported through argparse (exit status 2)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="Sample one PNG per prompt (and an index.jsonl) from a pipeline or a run's output.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", required=True, help="pipeline directory, hub id, or a run directory / its final/")
+    p.add_argument("--prompts", required=True, help=".txt / .json / .jsonl file or a built-in prompt list name")
+    p.add_argument("--out", required=True, help="output directory (created if missing)")
+    p.add_argument("--seed", type=int, default=0, help="base seed; image k of prompt i uses a seed derived from (seed, i, k)")
+    p.add_argument("--num_steps", type=int, default=40, help="denoising steps")
+    p.add_argument("--guidance_scale", type=float, default=4.5, help="classifier-free guidance weight (<= 1: off)")
+    p.add_argument("--resolution", type=int, default=None,
+                   help="image side in pixels (default: the pipeline's native size, denoiser sample_size x VAE factor)")
+    p.add_argument("--max_sequence_length", type=int, default=77, help="text tokens for encoders that take it (T5)")
+    p.add_argument("--noise_level", type=float, default=0.0,
+                   help="kernel stochasticity: 0 = deterministic ODE / DDIM; > 0 samples with the policy's SDE (η for SD)")
+    p.add_argument("--sde_type", default="flow_grpo", help="flow kernel used when --noise_level > 0 (flow models only)")
+    p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
+    p.add_argument("--batch_size", type=int, default=8, help="images per denoiser batch")
+    p.add_argument("--images_per_prompt", type=int, default=1, help="images per prompt")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    return p
+
+
+def derive_seed(*parts: int) -> int:
+    """A well-mixed 63-bit seed from integers (numpy SeedSequence)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, dtype=np.uint64)[0] >> 1)
+
+
+def image_seed(seed: int, prompt_index: int, k: int) -> int:
+    """Initial-noise seed of image k of prompt `prompt_index`: independent of batching."""
+    return derive_seed(seed, 0, prompt_index, k)
+
+
+def _check_args(args) -> None:
+    for name in ("num_steps", "batch_size", "images_per_prompt", "max_sequence_length"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.noise_level < 0:
+        raise UsageError(f"--noise_level must be >= 0, got {args.noise_level}")
+    if args.resolution is not None and args.resolution < 1:
+        raise UsageError(f"--resolution must be a positive number of pixels, got {args.resolution}")
+
+
+def _load_rows(source: str) -> list[dict]:
+    from ddpo_grpo.prompts import load_prompts
+
+    try:
+        return load_prompts(source)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--prompts {source!r}: {exc}") from exc
+
+
+def _looks_like_path(model: str) -> bool:
+    """True when `model` can only be meant as a local path (a hub id is `name` or `org/name`)."""
+    return os.path.isabs(model) or model.startswith((".", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
+
+
+def _load_pipeline(model: str):
+    from ddpo_grpo.policies import FINAL_MANIFEST, load_pipeline
+
+    path = Path(os.path.expanduser(model))
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"--model {model!r} is a file; expected a pipeline directory, a hub id or a run's output")
+        if not ((path / "model_index.json").is_file() or (path / FINAL_MANIFEST).is_file()
+                or (path / "final" / FINAL_MANIFEST).is_file()):
+            raise UsageError(
+                f"--model {model!r} is neither a diffusers pipeline directory (no model_index.json) nor a run's "
+                f"output (no {FINAL_MANIFEST} in it or in its final/); a training run writes final/ only when it ends"
+            )
+        model = str(path)
+    elif _looks_like_path(model):
+        raise UsageError(f"--model {model!r}: no such directory")
+    try:
+        return load_pipeline(model)
+    except (OSError, ValueError) as exc:
+        hint = "" if path.exists() else " (no such local directory, and not loadable as a hub id)"
+        raise UsageError(f"--model {model!r} could not be loaded{hint}: {exc}") from exc
+
+
+def native_resolution(pipeline) -> int:
+    """The pipeline's native image side: denoiser sample_size × VAE downsampling factor."""
+    from ddpo_grpo.policies import policy_class
+
+    denoiser = getattr(pipeline, policy_class(pipeline).denoiser_attr)
+    size = denoiser.config.sample_size
+    size = size[0] if isinstance(size, (list, tuple)) else size
+    return int(size) * 2 ** (len(pipeline.vae.config.block_out_channels) - 1)
+
+
+def _save_png(image, path: Path) -> None:
+    """image: [3, H, W] float in [0, 1] -> 8-bit RGB PNG."""
+    import torch
+    from PIL import Image
+
+    array = (image.clamp(0, 1) * 255).round().to(dtype=torch.uint8).permute(1, 2, 0).cpu().numpy()
+    Image.fromarray(array).save(path)
+
+
+def sample(args) -> list[dict]:
+    """Write the images and index.jsonl described by `args`; return the index rows."""
+    import torch
+
+    from ddpo_grpo.policies import build_policy
+    from ddpo_grpo.rollout import sample_rollout
+
+    _check_args(args)
+    rows = _load_rows(args.prompts)
+    pipeline = _load_pipeline(args.model)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    resolution = args.resolution or native_resolution(pipeline)
+    try:
+        policy = build_policy(
+            pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length, sde_type=args.sde_type
+        )
+    except ValueError as exc:
+        raise UsageError(f"--resolution {resolution}: {exc}") from exc
+    pipeline.to(device)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    many = args.images_per_prompt > 1
+    items = [(i, k) for i in range(len(rows)) for k in range(args.images_per_prompt)]
+    index_rows = []
+    with open(out / "index.jsonl", "w", encoding="utf-8") as index:
+        for b, start in enumerate(range(0, len(items), args.batch_size)):
+            batch = items[start : start + args.batch_size]
+            seeds = [image_seed(args.seed, i, k) for i, k in batch]
+            generator = torch.Generator(device).manual_seed(derive_seed(args.seed, 1, b, args.batch_size))
+            rollout = sample_rollout(
+                policy, policy.denoiser, [rows[i] for i, _ in batch], seeds=seeds, num_steps=args.num_steps,
+                guidance_scale=args.guidance_scale, noise_level=args.noise_level, generator=generator,
+                negative_prompt=args.negative_prompt,
+            )
+            for (i, k), seed, image in zip(batch, seeds, rollout.images):
+                name = f"{i:05d}_{k}.png" if many else f"{i:05d}.png"
+                _save_png(image, out / name)
+                entry = {"prompt": rows[i]["prompt"], "file": name}
+                if many:
+                    entry["index"] = k
+                entry["seed"] = seed
+                metadata = {key: v for key, v in rows[i].items() if key != "prompt"}
+                if metadata:
+                    entry["metadata"] = metadata
+                index.write(json.dumps(entry) + "\n")
+                index_rows.append(entry)
+            index.flush()
+            print(f"{len(index_rows)}/{len(items)} images written to {out}", flush=True)
+    return index_rows
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        sample(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

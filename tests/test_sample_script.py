@@ -1,0 +1,191 @@
+"""scripts/sample.py (DESIGN contract 5): PNGs + index.jsonl from a pipeline dir or a run's output."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "sample.py"
+PROMPTS = ["a red circle", "a blue square", "a green triangle"]
+FAST = ["--resolution", "32", "--num_steps", "4", "--max_sequence_length", "8", "--device", "cpu"]
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("sample_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sample_script = _load_script()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box their spinning costs seconds."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from ddpo_grpo.tiny import build_tiny_sd, build_tiny_sd3
+
+    root = tmp_path_factory.mktemp("models")
+    build_tiny_sd3(root / "sd3")
+    build_tiny_sd(root / "sd")
+    return {"sd3": root / "sd3", "sd": root / "sd"}
+
+
+@pytest.fixture(scope="module")
+def prompts_txt(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    path.write_text("\n".join(PROMPTS) + "\n")
+    return path
+
+
+def _run(model, prompts, out, *extra, seed=0):
+    rc = sample_script.main(["--model", str(model), "--prompts", str(prompts), "--out", str(out), "--seed", str(seed), *FAST, *extra])
+    assert rc == 0
+    return [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+
+
+def _pixels(out, rows):
+    return [np.asarray(Image.open(out / r["file"])) for r in rows]
+
+
+@pytest.mark.parametrize("family", ["sd3", "sd"])
+def test_writes_pngs_and_index_deterministically(models, prompts_txt, tmp_path, family):
+    out = tmp_path / "a" / "nested"  # --out is created, parents included
+    rows = _run(models[family], prompts_txt, out, "--batch_size", "3")
+    assert [r["prompt"] for r in rows] == PROMPTS
+    assert [r["file"] for r in rows] == ["00000.png", "00001.png", "00002.png"]
+    assert all("metadata" not in r and "index" not in r for r in rows)
+    assert sorted(p.name for p in out.glob("*.png")) == [r["file"] for r in rows]
+    for r in rows:
+        with Image.open(out / r["file"]) as im:
+            assert im.size == (32, 32) and im.mode == "RGB"
+
+    # same seed, same batching -> byte-identical files
+    again = _run(models[family], prompts_txt, tmp_path / "again", "--batch_size", "3")
+    assert again == rows
+    for r in rows:
+        assert (out / r["file"]).read_bytes() == (tmp_path / "again" / r["file"]).read_bytes()
+
+    # another batch size -> the same images: the noise seed depends only on --seed and the prompt index.
+    # Batched float arithmetic may round differently, so allow one 8-bit level on a few pixels.
+    other = _run(models[family], prompts_txt, tmp_path / "bs1", "--batch_size", "1")
+    assert other == rows
+    for a, b in zip(_pixels(out, rows), _pixels(tmp_path / "bs1", other)):
+        diff = np.abs(a.astype(int) - b.astype(int))
+        assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+
+    pixels = _pixels(out, rows)
+    assert not np.array_equal(pixels[0], pixels[1])  # prompts get their own noise
+    reseeded = _run(models[family], prompts_txt, tmp_path / "seed1", "--batch_size", "2", seed=1)
+    assert not np.array_equal(pixels[0], _pixels(tmp_path / "seed1", reseeded)[0])
+
+
+def test_lora_run_output_differs_from_base(models, prompts_txt, tmp_path):
+    import torch
+
+    from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, load_pipeline
+
+    base = models["sd3"].resolve()
+    run_dir = tmp_path / "run"
+    final = run_dir / "final"
+    final.mkdir(parents=True)
+    policy = build_policy(load_pipeline(str(base)), resolution=32, max_sequence_length=8)
+    policy.add_lora(rank=4, alpha=4, target_modules=())
+    with torch.no_grad():
+        perturbed = 0
+        for name, p in policy.denoiser.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.1)
+                perturbed += 1
+    assert perturbed > 0
+    policy.save_lora(final, policy.denoiser)
+    manifest = {"kind": "lora", "base_model": str(base), "pipeline_class": "StableDiffusion3Pipeline"}
+    (final / FINAL_MANIFEST).write_text(json.dumps(manifest))
+
+    base_rows = _run(base, prompts_txt, tmp_path / "base")
+    run_rows = _run(run_dir, prompts_txt, tmp_path / "from_run")
+    final_rows = _run(final, prompts_txt, tmp_path / "from_final")
+    assert base_rows == run_rows == final_rows
+    base_px = _pixels(tmp_path / "base", base_rows)
+    run_px = _pixels(tmp_path / "from_run", run_rows)
+    assert any(not np.array_equal(a, b) for a, b in zip(base_px, run_px))
+    for a, b in zip(run_px, _pixels(tmp_path / "from_final", final_rows)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_jsonl_metadata_and_images_per_prompt(models, tmp_path):
+    prompts = tmp_path / "rows.jsonl"
+    prompts.write_text(
+        json.dumps({"prompt": "a red circle", "tag": "single", "count": 1}) + "\n" + json.dumps({"prompt": "a cat"}) + "\n"
+    )
+    out = tmp_path / "out"
+    rows = _run(models["sd"], prompts, out, "--images_per_prompt", "2", "--batch_size", "3")
+    assert [(r["prompt"], r["file"], r["index"]) for r in rows] == [
+        ("a red circle", "00000_0.png", 0), ("a red circle", "00000_1.png", 1),
+        ("a cat", "00001_0.png", 0), ("a cat", "00001_1.png", 1),
+    ]
+    assert rows[0]["metadata"] == rows[1]["metadata"] == {"tag": "single", "count": 1}
+    assert "metadata" not in rows[2]
+    assert all((out / r["file"]).is_file() for r in rows)
+    px = _pixels(out, rows)
+    assert not np.array_equal(px[0], px[1])  # two images of one prompt get different noise
+
+
+def test_stochastic_sampling_is_reproducible(models, prompts_txt, tmp_path):
+    a = _run(models["sd3"], prompts_txt, tmp_path / "a", "--noise_level", "0.7")
+    b = _run(models["sd3"], prompts_txt, tmp_path / "b", "--noise_level", "0.7")
+    ode = _run(models["sd3"], prompts_txt, tmp_path / "ode")
+    for x, y in zip(_pixels(tmp_path / "a", a), _pixels(tmp_path / "b", b)):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(_pixels(tmp_path / "a", a)[0], _pixels(tmp_path / "ode", ode)[0])
+
+
+def test_clear_errors(models, prompts_txt, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        sample_script.main(["--model", str(tmp_path / "missing"), "--prompts", str(prompts_txt), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--model" in err and "missing" in err
+
+    (tmp_path / "not_a_model").mkdir()
+    with pytest.raises(SystemExit):
+        sample_script.main(["--model", str(tmp_path / "not_a_model"), "--prompts", str(prompts_txt), "--out", str(tmp_path / "o")])
+    assert "--model" in capsys.readouterr().err
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n# only a comment\n")
+    with pytest.raises(SystemExit) as exc:
+        sample_script.main(["--model", str(models["sd"]), "--prompts", str(empty), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--prompts" in err and "no prompts" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_subprocess_smoke(models, prompts_txt, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "cli_out"
+    cmd = [sys.executable, str(SCRIPT), "--model", str(models["sd3"]), "--prompts", str(prompts_txt),
+           "--out", str(out), "--seed", "3", *FAST]
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in rows] == PROMPTS
+    assert all((out / r["file"]).is_file() for r in rows)

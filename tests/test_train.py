@@ -1,0 +1,161 @@
+"""End-to-end and trainer-level tests on tiny pipelines (CPU, seconds each)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import REPO
+
+REQUIRED_KEYS = {
+    "epoch", "global_step", "reward/mean", "reward/std", "adv/mean", "adv/std", "train/loss",
+    "train/policy_loss", "train/kl", "train/approx_kl", "train/clipfrac", "train/ratio_mean", "train/grad_norm",
+    "train/logp_mismatch", "perf/sample_s", "perf/train_s", "adv/frac_zero_std", "train/inner_epochs_run",
+}
+
+
+def _config(tmp_path, model_dir, **overrides):
+    from config.quickstart import quickstart
+
+    config = quickstart()
+    config.logdir = str(tmp_path / "logs")
+    config.run_name = "run"
+    config.pretrained.model = model_dir
+    config.num_epochs = 2
+    config.sample.num_steps = 4
+    config.sample.batch_size = 4
+    config.sample.num_batches_per_epoch = 2
+    config.sample.group_size = 4
+    config.train.batch_size = 2
+    config.train.learning_rate = 3e-3
+    config.logging.progress = False
+    config.logging.image_freq = 0
+    for key, value in overrides.items():
+        node = config
+        *path, leaf = key.split(".")
+        for part in path:
+            node = node[part]
+        node[leaf] = value
+    return config
+
+
+def _run(config):
+    from ddpo_grpo.trainer import Trainer
+
+    trainer = Trainer(config)
+    trainer.run()
+    return trainer
+
+
+def _metrics(run_dir):
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("kind", ["sd3", "sd"])
+def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
+    """scripts/train.py for 2 epochs: metrics contract, on-policy check, final/ loads in plain diffusers."""
+    import diffusers
+
+    logdir = tmp_path / "logs"
+    cmd = [
+        sys.executable, str(REPO / "scripts" / "train.py"), f"--config.pretrained.model={tiny_dirs[kind]}",
+        f"--config.logdir={logdir}", "--config.run_name=e2e", "--config.num_epochs=2",
+        "--config.sample.num_steps=4", "--config.logging.image_freq=1", "--config.logging.progress=False",
+        "--config.train.num_inner_epochs=2",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = logdir / "e2e"
+    rows = _metrics(run)
+    assert [r["epoch"] for r in rows] == [0, 1]
+    for row in rows:
+        assert REQUIRED_KEYS <= set(row), REQUIRED_KEYS - set(row)
+        assert row["train/logp_mismatch"] <= 1e-4
+        assert row["train/inner_epochs_run"] == 2
+        assert row["train/kl"] is None  # beta = 0: no reference forward, nothing to report
+        assert abs(row["adv/mean"]) < 1e-5
+    assert rows[1]["global_step"] == 2 * 4 * 2  # 2 epochs × 4 minibatches × 2 inner epochs
+    assert (run / "samples" / "epoch_00000.png").is_file()
+    assert (run / "checkpoints").is_dir()
+
+    final = run / "final"
+    assert (final / "pytorch_lora_weights.safetensors").is_file()
+    cls = {"sd3": diffusers.StableDiffusion3Pipeline, "sd": diffusers.StableDiffusionPipeline}[kind]
+    extra = {"text_encoder_3": None, "tokenizer_3": None} if kind == "sd3" else {}
+    call = {"max_sequence_length": 8} if kind == "sd3" else {}
+    pipe = cls.from_pretrained(tiny_dirs[kind], **extra)
+    latents = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(0))
+    kwargs = dict(num_inference_steps=3, height=32, width=32, output_type="pt", latents=latents, **call)
+    before = pipe("a red circle", **kwargs).images
+    pipe.load_lora_weights(str(final))
+    after = pipe("a red circle", **kwargs).images
+    assert (before - after).abs().max() > 0  # the trained adapter is loaded and changes the output
+
+
+def test_exact_resume(tmp_path, tiny_dirs):
+    """2 epochs straight == 1 epoch + resume for 1 more: same weights, same metrics."""
+    straight = _run(_config(tmp_path / "a", tiny_dirs["sd3"]))
+    first = _run(_config(tmp_path / "b", tiny_dirs["sd3"], num_epochs=1))
+    resumed = _run(_config(tmp_path / "b", tiny_dirs["sd3"], resume_from=str(first.run_dir), run_name=""))
+    assert resumed.run_dir == first.run_dir and resumed.start_epoch == 1
+    for name, p in straight.params.items():
+        assert torch.equal(p, resumed.params[name]), name
+    a, b = _metrics(straight.run_dir), _metrics(resumed.run_dir)
+    assert len(b) == 2
+    for key in ("reward/mean", "train/loss", "train/approx_kl", "train/grad_norm"):
+        assert a[1][key] == b[1][key], key
+
+
+def test_full_finetune_with_kl_and_ema_exports_pipeline(tmp_path, tiny_dirs):
+    import diffusers
+
+    trainer = _run(
+        _config(
+            tmp_path, tiny_dirs["sd"], **{
+                "train.use_lora": False, "train.beta": 0.1, "train.kl_estimator": "k3", "train.ema": True,
+                "train.reference_update": "hard", "train.reference_update_freq": 1, "num_epochs": 2,
+                "train.learning_rate": 1e-4,
+            }
+        )
+    )
+    rows = _metrics(trainer.run_dir)
+    assert all(r["train/kl"] is not None and r["train/kl"] > 0 for r in rows)  # the policy moved away
+    final = trainer.run_dir / "final"
+    pipe = diffusers.StableDiffusionPipeline.from_pretrained(str(final))
+    ema = trainer.ema.shadow
+    for name, p in pipe.unet.named_parameters():
+        torch.testing.assert_close(p.detach(), ema[name])  # exported weights are the EMA weights
+
+
+def test_kl_to_reference_is_zero_while_policy_is_unchanged(tmp_path, tiny_dirs):
+    """lr = 0: the policy stays at the (swapped-in) reference weights, so every KL estimate is 0."""
+    trainer = _run(
+        _config(
+            tmp_path, tiny_dirs["sd3"], **{
+                "num_epochs": 1, "train.learning_rate": 0.0, "train.beta": 0.5, "train.reference_update": "soft",
+                "train.reference_update_freq": 1,
+            }
+        )
+    )
+    row = _metrics(trainer.run_dir)[0]
+    assert row["train/kl"] == 0.0 and row["train/approx_kl"] == 0.0 and row["train/ratio_mean"] == 1.0
+
+
+def test_kl_threshold_stops_inner_epochs(tmp_path, tiny_dirs):
+    common = {"train.num_inner_epochs": 3, "num_epochs": 1, "train.learning_rate": 1e-2, "train.clip_range": 0.2}
+    stopped = _run(_config(tmp_path / "a", tiny_dirs["sd3"], **common, **{"train.kl_threshold": 1e-12}))
+    full = _run(_config(tmp_path / "b", tiny_dirs["sd3"], **common))
+    assert _metrics(stopped.run_dir)[0]["train/inner_epochs_run"] == 1
+    assert _metrics(full.run_dir)[0]["train/inner_epochs_run"] == 3
+
+
+def test_invalid_config_names_field(tmp_path, tiny_dirs):
+    from ddpo_grpo.config_checks import ConfigError
+
+    with pytest.raises(ConfigError, match="sample.group_size"):
+        _run(_config(tmp_path, tiny_dirs["sd3"], **{"sample.group_size": 3}))
