@@ -103,6 +103,10 @@ def get_config():
     config.reward = reward = ml_collections.ConfigDict()
     reward.fns = {"jpeg_compressibility": 1.0}  # name (or "file.py:fn") -> weight; the reward is Σ w·score
     reward.kwargs = {}  # name -> dict of keyword arguments for that reward's factory
+    # name -> what it loads: a registry name or "path/to/file.py:fn". Config keys cannot contain dots,
+    # so a user file gets an alias: reward.sources = {"mine": "my_reward.py:score"}, reward.fns = {"mine": 1.0}
+    # (on the command line: --config.reward.sources="{'mine': 'my_reward.py:score'}" --config.reward.fns="{'mine': 1.0}").
+    reward.sources = {}
 
     # ---- prompts ------------------------------------------------------------------------------
     config.prompts = prompts = ml_collections.ConfigDict()

@@ -73,7 +73,15 @@ class Trainer:
         from accelerate import Accelerator
 
         self.config = config
-        self.acc = accelerator or Accelerator(mixed_precision=config.mixed_precision)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        # torchrun / accelerate on a machine without GPUs: distributed CPU processes (gloo backend)
+        cpu = world > 1 and not torch.cuda.is_available()
+        self.acc = accelerator or Accelerator(mixed_precision=config.mixed_precision, cpu=cpu)
+        if self.acc.num_processes != world:
+            raise RuntimeError(
+                f"launched as {world} processes (WORLD_SIZE) but accelerate set up {self.acc.num_processes}; "
+                "on CPU-only machines launch with ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ..."
+            )
         self.totals = validate(config, self.acc.num_processes)
         self.main = self.acc.is_main_process
         self.rank = self.acc.process_index
@@ -177,7 +185,9 @@ class Trainer:
         cfg = self.config
         self.rows = load_prompts(cfg.prompts.source)
         self.prompt_sampler = PromptSampler(self.rows, seed=cfg.seed)
-        self.reward = build_reward(dict(cfg.reward.fns), {k: dict(v) for k, v in cfg.reward.kwargs.items()})
+        self.reward = build_reward(
+            dict(cfg.reward.fns), {k: dict(v) for k, v in cfg.reward.kwargs.items()}, dict(cfg.reward.sources)
+        )
         t = cfg.train
         self.tracker = PerPromptStatTracker(
             t.adv_mode, buffer_size=t.adv_buffer_size, min_count=t.adv_min_count, ema_decay=t.adv_ema_decay,

@@ -241,8 +241,20 @@ class MultiReward:
         return out
 
 
-def build_reward(fns: Dict[str, float], kwargs: Optional[Dict[str, dict]] = None) -> MultiReward:
-    """Build a :class:`MultiReward` from ``{name: weight}`` and optional ``{name: factory kwargs}``."""
+def build_reward(
+    fns: Dict[str, float], kwargs: Optional[Dict[str, dict]] = None, sources: Optional[Dict[str, str]] = None
+) -> MultiReward:
+    """Build a :class:`MultiReward` from ``{name: weight}`` and optional ``{name: factory kwargs}``.
+
+    ``sources`` maps a name to what it loads (a registry name or ``"path/to/file.py:fn"``); a name
+    without an entry loads itself. It exists because ml-collections config keys cannot contain dots,
+    so a user file is given an alias: ``reward.sources = {"mine": "my_reward.py:score"}``,
+    ``reward.fns = {"mine": 1.0}``; metrics are then logged as ``reward/mine/...``.
+    """
+    sources = dict(sources or {})
+    unknown_src = sorted(set(sources) - set(fns))
+    if unknown_src:
+        raise ValueError(f"reward.sources has entries {unknown_src} that are not in reward.fns {sorted(fns)}")
     if not fns:
         raise ValueError(
             "no rewards configured: set reward.fns = {name: weight}, e.g. {'jpeg_compressibility': 1.0}; "
@@ -258,5 +270,5 @@ def build_reward(fns: Dict[str, float], kwargs: Optional[Dict[str, dict]] = None
             weight = float(weight)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"reward.fns[{name!r}]: weight {weight!r} is not a number") from exc
-        entries.append((name, weight, load_reward(name, **kwargs.get(name, {}))))
+        entries.append((name, weight, load_reward(sources.get(name, name), **kwargs.get(name, {}))))
     return MultiReward(entries)

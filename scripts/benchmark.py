@@ -21,13 +21,23 @@ timed alternately (A, B, A, B, …) in one process, so both see the same machine
 reports the median time of each side and the median of the per-repeat ratios A/B, which is far more
 stable than either time.
 
+Threads: torch's thread count is left at its default unless --threads is given. On a machine whose
+cores are shared with other busy processes (load average ≥ number of cores), multi-threaded torch ops
+stall on their thread barriers whenever one worker thread is descheduled: on the 2-core dev box with
+two other jobs running, a 10-step tiny SD3 rollout took ~0.11 s with 1 thread and 1–7 s with the
+default 2. Ratios measured in that state are meaningless (one run gave 15.6 with a min–max of
+0.01–23.9), so the script warns when it sees an oversubscribed machine: rerun with --threads 1.
+
 How to run:
     python scripts/benchmark.py                          # defaults: both models, 32 px, 7 repeats
     python scripts/benchmark.py --resolution 32,64 --repeats 5 --models sd3
+    python scripts/benchmark.py --threads 1               # steady numbers on a shared, busy CPU
 
 How to read the table: one row per (model, resolution, measurement). "ours" is our code path, "baseline"
 the plain reference it is compared with, "ratio" = median over repeats of ours/baseline (1.00 =
-no overhead), "target" the ceiling we aim for; "ok" / "MISS" says whether the ratio meets it.
+no overhead), "min-max" the spread of the per-repeat ratios (a wide spread = a noisy machine: add
+--repeats or use --threads 1), "target" the ceiling we aim for; "ok" / "MISS" says whether the median
+ratio meets it. Times are seconds per call (one rollout batch / one train_phase).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import os
 import statistics
 import sys
@@ -43,6 +54,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
@@ -50,18 +62,25 @@ import torch  # noqa: E402
 TARGETS = {"rollout": 1.05, "train": 1.15}
 
 
-def interleaved(fn_a, fn_b, repeats: int) -> dict:
-    """Warm up each function once, then time A, B, A, B, … ; medians and median of per-repeat ratios."""
+def interleaved(fn_a, fn_b, repeats: int, min_unit: float) -> dict:
+    """Warm up each function once, then time A, B, A, B, … ; medians and median of per-repeat ratios.
+
+    Each timed unit calls its function `number` times, `number` chosen (from one extra call of B) so
+    that a unit lasts at least `min_unit` seconds: very short units are at the mercy of one scheduler
+    hiccup. Times are reported per call.
+    """
     fn_a()
     fn_b()
+    start = time.perf_counter()
+    fn_b()
+    number = max(1, math.ceil(min_unit / max(time.perf_counter() - start, 1e-9)))
     times_a, times_b = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn_a()
-        times_a.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        fn_b()
-        times_b.append(time.perf_counter() - start)
+        for fn, times in ((fn_a, times_a), (fn_b, times_b)):
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times.append((time.perf_counter() - start) / number)
     ratios = [a / b for a, b in zip(times_a, times_b)]
     return {
         "ours": statistics.median(times_a),
@@ -69,6 +88,7 @@ def interleaved(fn_a, fn_b, repeats: int) -> dict:
         "ratio": statistics.median(ratios),
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
+        "number": number,
     }
 
 
@@ -91,8 +111,14 @@ def make_config(model: str, args, resolution: int, logdir: str):
 
 
 def build_trainer(cfg):
+    import diffusers
+    import transformers
+
     from ddpo_grpo.trainer import Trainer
 
+    for library in (diffusers, transformers):  # loading bars and save warnings would bury the table
+        library.utils.logging.set_verbosity_error()
+        library.utils.logging.disable_progress_bar()
     with contextlib.redirect_stdout(io.StringIO()):  # start-up banner
         return Trainer(cfg)
 
@@ -102,7 +128,7 @@ def bench_rollout(trainer, args) -> dict:
     """sample_rollout vs pipeline(...) on the trainer's own pipeline (same denoiser, LoRA included)."""
     from ddpo_grpo.rollout import sample_rollout
 
-    cfg, s = trainer.config, trainer.config.sample
+    s = trainer.config.sample
     policy, pipe = trainer.policy, trainer.policy.pipeline
     pipe.set_progress_bar_config(disable=True)
     policy.denoiser.eval()
@@ -134,7 +160,7 @@ def bench_rollout(trainer, args) -> dict:
         )
 
     with torch.no_grad():
-        result = interleaved(ours, baseline, args.repeats)
+        result = interleaved(ours, baseline, args.repeats, args.min_unit)
     policy.denoiser.train()
     return result
 
@@ -144,7 +170,7 @@ def bench_train(trainer, args) -> dict:
     """Trainer.train_phase vs the bare predict + backward + optimizer-step loop over the same inputs."""
     from ddpo_grpo.rollout import transition_inputs
 
-    cfg, t, s = trainer.config, trainer.config.train, trainer.config.sample
+    t, s = trainer.config.train, trainer.config.sample
     rollout, per_reward, _ = trainer.sample_phase(0)
     advantages, _ = trainer.advantage_phase(0, per_reward)
     guidance = s.guidance_scale if t.cfg else 1.0
@@ -181,8 +207,13 @@ def bench_train(trainer, args) -> dict:
                 bare_optimizer.step()
                 bare_optimizer.zero_grad(set_to_none=True)
 
-    result = interleaved(ours, baseline, args.repeats)
-    result["detail"] = f"{n // mb} minibatches × K={rollout.train_steps.shape[1]} steps × {t.num_inner_epochs} inner"
+    before = [p.detach().clone() for p in params]
+    baseline()
+    if not all(torch.equal(a, p) for a, p in zip(before, params)):
+        raise RuntimeError("the bare loop changed the trainable weights (its optimizer must have lr = 0)")
+    result = interleaved(ours, baseline, args.repeats, args.min_unit)
+    k_steps = rollout.train_steps.shape[1]
+    result["detail"] = f"{n // mb} minibatches × K={k_steps} steps × {t.num_inner_epochs} inner epoch(s)"
     return result
 
 
@@ -192,9 +223,14 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=7, help="timed A/B pairs per measurement (after 1 warm-up)")
     parser.add_argument("--num_steps", type=int, default=10, help="denoising steps T")
     parser.add_argument("--batch_size", type=int, default=8, help="images per sampling batch (sample.batch_size)")
-    parser.add_argument("--resolution", default="32", help="image side in pixels; a comma list runs each, e.g. 32,64")
+    parser.add_argument(
+        "--resolution", default="32", help="image side in pixels; a comma list runs each size, e.g. 32,64"
+    )
     parser.add_argument("--models", default="sd3,sd", help="comma list of tiny pipelines: sd3, sd")
     parser.add_argument("--only", default="rollout,train", help="comma list of measurements: rollout, train")
+    parser.add_argument(
+        "--min_unit", type=float, default=0.2, help="seconds; each timed unit repeats its call until this long"
+    )
     parser.add_argument(
         "--threads", type=int, default=0,
         help="torch.set_num_threads(N) before measuring; 0 = leave torch's default (on a shared 2-core machine, "
@@ -212,6 +248,14 @@ def main(argv=None):
         f"num_steps={args.num_steps} batch_size={args.batch_size} resolution={resolutions}",
         flush=True,
     )
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if torch.get_num_threads() > 1 and load >= cores:
+        print(
+            f"WARNING: load average {load:.1f} on {cores} cores with {torch.get_num_threads()} torch threads: "
+            "multi-threaded ops stall when cores are oversubscribed and the ratios below will be noise; "
+            "rerun with --threads 1",
+            flush=True,
+        )
     results = []
     start_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ddpo_grpo_bench_") as logdir:
@@ -222,14 +266,23 @@ def main(argv=None):
                 if "rollout" in only:
                     r = bench_rollout(trainer, args)
                     results.append((label, "rollout / pipeline()", r, TARGETS["rollout"]))
-                    print(f"  {label}: rollout done ({r['ratio']:.3f})", flush=True)
+                    print(
+                        f"  {label}: rollout done (ratio {r['ratio']:.3f}, {r['number']} call(s) per timed unit)",
+                        flush=True,
+                    )
                 if "train" in only:
                     r = bench_train(trainer, args)
                     results.append((label, "train_phase / bare loop", r, TARGETS["train"]))
-                    print(f"  {label}: train done ({r['ratio']:.3f}; {r['detail']})", flush=True)
+                    print(
+                        f"  {label}: train done (ratio {r['ratio']:.3f}, {r['number']} call(s) per timed unit; "
+                        f"{r['detail']})", flush=True,
+                    )
                 del trainer
 
-    header = f"{'model':<12} | {'measurement':<24} | {'ours (s)':>9} | {'baseline (s)':>12} | {'ratio':>6} | {'min-max':>11} | target"
+    header = (
+        f"{'model':<12} | {'measurement':<24} | {'ours (s)':>9} | {'baseline (s)':>12} | {'ratio':>6} | "
+        f"{'min-max':>11} | target"
+    )
     print()
     print(header)
     print("-" * len(header))
@@ -237,9 +290,10 @@ def main(argv=None):
         verdict = "ok" if r["ratio"] <= target else "MISS"
         print(
             f"{label:<12} | {name:<24} | {r['ours']:>9.4f} | {r['baseline']:>12.4f} | {r['ratio']:>6.3f} | "
-            f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f} | ≤ {target:.2f} {verdict}"
+            f"{r['ratio_min']:>5.2f}-{r['ratio_max']:<5.2f} | ≤ {target:.2f} {verdict}"
         )
-    print(f"\ntotal wall time {time.perf_counter() - start_all:.0f} s")
+    elapsed, load = time.perf_counter() - start_all, os.getloadavg()[0]
+    print(f"\ntotal wall time {elapsed:.0f} s; load average now {load:.1f} on {cores} cores")
 
 
 if __name__ == "__main__":
