@@ -183,6 +183,7 @@ def sample_rollout(
         cond = policy.encode_prompts(prompts, negative_prompt)
     schedule = policy.schedule(num_steps)
     levels = plan.noise_levels(num_steps, noise_level, rng).to(device)  # [T]
+    policy.check(schedule, levels)  # once per rollout; the per-step kernel calls skip validation
     x = initial_noise(policy.latent_shape(), seeds, device)  # [B, C, h, w]
     latents, log_probs, stochastic = [x], [], []
     timesteps = schedule.timesteps.to(device)

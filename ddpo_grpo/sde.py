@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple, Optional, Union
 
 import torch
 
-__all__ = ["Step", "flow_sde_step", "ddim_step", "SDE_TYPES", "PREDICTION_TYPES"]
+__all__ = ["Step", "flow_sde_step", "ddim_step", "check_flow_args", "check_ddim_args", "SDE_TYPES", "PREDICTION_TYPES"]
 
 Scalar = Union[float, torch.Tensor]
 
@@ -110,10 +110,14 @@ def _per_sample(value: Scalar, name: str, sample: torch.Tensor, dtype: torch.dty
     return t.reshape(-1, *([1] * (sample.ndim - 1))).expand(batch, *([1] * (sample.ndim - 1)))  # [B, 1, ..., 1]
 
 
-def _require(ok: torch.Tensor, message: str) -> None:
-    """Raise ValueError unless every element of the boolean tensor `ok` is True (NaNs fail)."""
+def _require_all(checks: list[tuple[torch.Tensor, str]]) -> None:
+    """Raise ValueError with the first failing message unless every boolean tensor is all-True (NaNs fail).
+
+    All conditions are reduced together, so a call costs one host-device synchronisation, not one per check.
+    """
+    ok = torch.stack([cond.all() for cond, _ in checks])  # [num_checks] bool
     if not bool(ok.all()):
-        raise ValueError(message)
+        raise ValueError(next(message for (_, message), passed in zip(checks, ok.tolist()) if not passed))
 
 
 # ----------------------------------------------------------------------------
@@ -129,18 +133,19 @@ def _gaussian_step(
     generator: Optional[torch.Generator],
 ) -> Step:
     """Sample (or score) ``N(mean, std^2)``; std == 0 rows are deterministic with log_prob 0."""
-    stochastic = std > 0  # [B, 1, ..., 1] bool
     if prev_sample is None:
         noise = torch.randn(sample.shape, generator=generator, device=sample.device, dtype=torch.float32)  # [B, ...]
-        noise = noise.to(mean.dtype)  # [B, ...]
-        drawn = torch.where(stochastic, mean + std * noise, mean)  # [B, ...]
+        drawn = torch.addcmul(mean, std, noise.to(mean.dtype))  # [B, ...]; std = 0 rows give mean exactly
         prev_sample = drawn.to(sample.dtype).detach()  # [B, ...] stored dtype
     x = prev_sample.detach().to(mean.dtype)  # [B, ...] scored in compute dtype
 
-    safe_std = torch.where(stochastic, std, torch.ones_like(std))  # [B, 1, ..., 1], never 0
-    log_density = -((x - mean) ** 2) / (2 * safe_std**2) - torch.log(safe_std) - _HALF_LOG_2PI  # [B, ...]
-    log_prob = log_density.mean(dim=tuple(range(1, sample.ndim)))  # [B]
-    log_prob = torch.where(stochastic.reshape(-1), log_prob, torch.zeros_like(log_prob))  # [B]
+    # mean over dims of [-(x - m)^2 / (2 s^2) - log s - log(2 pi)/2] with s constant per sample:
+    std_b = std.reshape(-1)  # [B]
+    stochastic = std_b > 0  # [B] bool
+    safe_std = torch.where(stochastic, std_b, torch.ones_like(std_b))  # [B], never 0
+    sq_err = (x - mean).square().mean(dim=tuple(range(1, sample.ndim)))  # [B]
+    log_prob = -sq_err / (2 * safe_std.square()) - torch.log(safe_std) - _HALF_LOG_2PI  # [B]
+    log_prob = torch.where(stochastic, log_prob, torch.zeros_like(log_prob))  # [B]
     return Step(prev_sample=prev_sample, log_prob=log_prob, mean=mean, std=std.contiguous())
 
 
@@ -155,6 +160,25 @@ def _gaussian_step(
 #     eps_hat = x + (1 - sigma) v
 #     score   = grad_x log p_sigma(x) = -eps_hat / sigma
 # The deterministic Euler ODE step is x_next = x + (sigma_next - sigma) v.
+
+
+def _reverse_sde_step(
+    x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, g: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Euler-Maruyama step of ``dx = [v + g^2 / (2 sigma) (x + (1 - sigma) v)] dsigma + g dw``.
+
+    With ``c = g^2 / (2 sigma)`` and ``dsigma = sigma_next - sigma`` the mean
+    ``x + dsigma (v + c (x + (1 - sigma) v))`` is regrouped per sample as
+    ``(1 + dsigma c) x + dsigma (1 + c (1 - sigma)) v`` (two full-size operations);
+    ``std = g sqrt(-dsigma)``. Shared by the flow_grpo and dance kernels, which differ only in g.
+    """
+    dsigma = sigma_next - sigma  # [B, 1, ..., 1], <= 0
+    c = g.square() / (2 * sigma)  # [B, 1, ..., 1]
+    coeff_x = 1 + dsigma * c  # [B, 1, ..., 1]
+    coeff_v = dsigma * (1 + c * (1 - sigma))  # [B, 1, ..., 1]
+    mean = torch.addcmul(coeff_x * x, coeff_v, v)  # [B, ...]
+    std = g * torch.sqrt(-dsigma)  # [B, 1, ..., 1]
+    return mean, std
 
 
 def _flow_grpo_coeffs(
@@ -195,16 +219,9 @@ def _flow_grpo_coeffs(
     Returns:
         (mean ``[B, ...]``, std ``[B, 1, ..., 1]``)
     """
-    at_one = sigma >= 1  # [B, 1, ..., 1]
-    _require(~(at_one & (sigma_next >= 1)), "`sigma_next` must be < 1 when `sigma` == 1 for sde_type='flow_grpo'")
-    denom = torch.where(at_one, 1 - sigma_next, 1 - sigma)  # [B, 1, ..., 1], > 0
+    denom = torch.where(sigma >= 1, 1 - sigma_next, 1 - sigma)  # [B, 1, ..., 1], > 0
     g = noise_level * torch.sqrt(sigma / denom)  # [B, 1, ..., 1]
-    dsigma = sigma_next - sigma  # [B, 1, ..., 1], <= 0
-    eps_hat = x + (1 - sigma) * v  # [B, ...]
-    drift = v + (g**2 / (2 * sigma)) * eps_hat  # [B, ...]
-    mean = x + dsigma * drift  # [B, ...]
-    std = g * torch.sqrt(-dsigma)  # [B, 1, ..., 1]
-    return mean, std
+    return _reverse_sde_step(x, v, sigma, sigma_next, g)
 
 
 def _dance_coeffs(
@@ -228,12 +245,7 @@ def _dance_coeffs(
     Returns:
         (mean ``[B, ...]``, std ``[B, 1, ..., 1]``)
     """
-    dsigma = sigma_next - sigma  # [B, 1, ..., 1], <= 0
-    eps_hat = x + (1 - sigma) * v  # [B, ...]
-    drift = v + (noise_level**2 / (2 * sigma)) * eps_hat  # [B, ...]
-    mean = x + dsigma * drift  # [B, ...]
-    std = noise_level * torch.sqrt(-dsigma)  # [B, 1, ..., 1]
-    return mean, std
+    return _reverse_sde_step(x, v, sigma, sigma_next, noise_level)
 
 
 def _cps_coeffs(
@@ -265,7 +277,6 @@ def _cps_coeffs(
     Returns:
         (mean ``[B, ...]``, std ``[B, 1, ..., 1]``)
     """
-    _require(noise_level <= 1, "`noise_level` must be in [0, 1] for sde_type='cps'")
     x0_hat = x - sigma * v  # [B, ...]
     eps_hat = x + (1 - sigma) * v  # [B, ...]
     std = sigma_next * torch.sin(noise_level * (math.pi / 2))  # [B, 1, ..., 1]
@@ -286,6 +297,25 @@ _FLOW_KERNELS: dict[str, _FlowCoeffs] = {
 SDE_TYPES = tuple(_FLOW_KERNELS)
 
 
+def check_flow_args(sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level: torch.Tensor, sde_type: str) -> None:
+    """ValueError unless (sigma, sigma_next, noise_level) are valid for `sde_type` (tensors of any shape).
+
+    `flow_sde_step` calls it on every step unless `validate=False`; a caller that steps through a
+    schedule it has already checked once (the policy adapters) skips the per-step cost.
+    """
+    checks = [
+        ((sigma > 0) & (sigma <= 1), "`sigma` must be in (0, 1]"),
+        (sigma_next >= 0, "`sigma_next` must be >= 0"),
+        (sigma_next <= sigma, "`sigma_next` must be <= `sigma` (sampling runs from noise to data)"),
+        (noise_level >= 0, "`noise_level` must be >= 0 (and not NaN)"),
+    ]
+    if sde_type == "flow_grpo":
+        checks.append((~((sigma >= 1) & (sigma_next >= 1)), "`sigma_next` must be < 1 when `sigma` == 1 for sde_type='flow_grpo'"))
+    elif sde_type == "cps":
+        checks.append((noise_level <= 1, "`noise_level` must be in [0, 1] for sde_type='cps'"))
+    _require_all(checks)
+
+
 def flow_sde_step(
     model_output: torch.Tensor,
     sample: torch.Tensor,
@@ -296,6 +326,7 @@ def flow_sde_step(
     sde_type: str = "flow_grpo",
     prev_sample: Optional[torch.Tensor] = None,
     generator: Optional[torch.Generator] = None,
+    validate: bool = True,
 ) -> Step:
     """One stochastic step ``sigma -> sigma_next`` of a flow-matching (velocity) model.
 
@@ -310,6 +341,7 @@ def flow_sde_step(
         sde_type: one of :data:`SDE_TYPES` (``"flow_grpo"``, ``"dance"``, ``"cps"``).
         prev_sample: if given, score this ``[B, ...]`` tensor instead of drawing one.
         generator: torch generator for the unit noise (ignored when scoring).
+        validate: check the arguments' ranges (one host sync); see :func:`check_flow_args`.
 
     Returns:
         :class:`Step`.
@@ -322,10 +354,8 @@ def flow_sde_step(
     sig = _per_sample(sigma, "sigma", sample, dtype)  # [B, 1, ..., 1]
     sig_next = _per_sample(sigma_next, "sigma_next", sample, dtype)  # [B, 1, ..., 1]
     level = _per_sample(noise_level, "noise_level", sample, dtype)  # [B, 1, ..., 1]
-    _require((sig > 0) & (sig <= 1), "`sigma` must be in (0, 1]")
-    _require(sig_next >= 0, "`sigma_next` must be >= 0")
-    _require(sig_next <= sig, "`sigma_next` must be <= `sigma` (sampling runs from noise to data)")
-    _require(level >= 0, "`noise_level` must be >= 0 (and not NaN)")
+    if validate:
+        check_flow_args(sig, sig_next, level, sde_type)
 
     x = sample.to(dtype)  # [B, ...]
     v = model_output.to(dtype)  # [B, ...]
@@ -401,6 +431,16 @@ def _ddim_coeffs(
     return mean, std
 
 
+def check_ddim_args(alpha_prod_t: torch.Tensor, alpha_prod_t_prev: torch.Tensor, eta: torch.Tensor) -> None:
+    """ValueError unless the DDIM arguments are valid (tensors of any shape); see `check_flow_args`."""
+    _require_all([
+        ((alpha_prod_t > 0) & (alpha_prod_t < 1), "`alpha_prod_t` must be in (0, 1)"),
+        ((alpha_prod_t_prev > 0) & (alpha_prod_t_prev <= 1), "`alpha_prod_t_prev` must be in (0, 1]"),
+        (alpha_prod_t_prev >= alpha_prod_t, "`alpha_prod_t_prev` must be >= `alpha_prod_t` (sampling runs from noise to data)"),
+        ((eta >= 0) & (eta <= 1), "`eta` must be in [0, 1] (and not NaN)"),
+    ])
+
+
 def ddim_step(
     model_output: torch.Tensor,
     sample: torch.Tensor,
@@ -411,6 +451,7 @@ def ddim_step(
     prev_sample: Optional[torch.Tensor] = None,
     generator: Optional[torch.Generator] = None,
     prediction_type: str = "epsilon",
+    validate: bool = True,
 ) -> Step:
     """One stochastic DDIM step ``t -> t_prev``.
 
@@ -425,6 +466,7 @@ def ddim_step(
         generator: torch generator for the unit noise (ignored when scoring).
         prediction_type: one of :data:`PREDICTION_TYPES` (``"epsilon"``,
             ``"v_prediction"``, ``"sample"``).
+        validate: check the arguments' ranges (one host sync); see :func:`check_ddim_args`.
 
     Returns:
         :class:`Step`.
@@ -437,10 +479,8 @@ def ddim_step(
     a_t = _per_sample(alpha_prod_t, "alpha_prod_t", sample, dtype)  # [B, 1, ..., 1]
     a_prev = _per_sample(alpha_prod_t_prev, "alpha_prod_t_prev", sample, dtype)  # [B, 1, ..., 1]
     eta_t = _per_sample(eta, "eta", sample, dtype)  # [B, 1, ..., 1]
-    _require((a_t > 0) & (a_t < 1), "`alpha_prod_t` must be in (0, 1)")
-    _require((a_prev > 0) & (a_prev <= 1), "`alpha_prod_t_prev` must be in (0, 1]")
-    _require(a_prev >= a_t, "`alpha_prod_t_prev` must be >= `alpha_prod_t` (sampling runs from noise to data)")
-    _require((eta_t >= 0) & (eta_t <= 1), "`eta` must be in [0, 1] (and not NaN)")
+    if validate:
+        check_ddim_args(a_t, a_prev, eta_t)
 
     x = sample.to(dtype)  # [B, ...]
     out = model_output.to(dtype)  # [B, ...]

@@ -52,20 +52,21 @@ def derive_seed(*parts: int) -> int:
 
 
 class _Stats:
-    """Running sums of per-transition statistics, reduced across processes at the end."""
+    """Masked running sums of per-transition statistics, kept as device tensors (no sync per step)."""
 
     def __init__(self):
-        self.sums: dict[str, float] = {}
-        self.counts: dict[str, float] = {}
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, torch.Tensor] = {}
 
     def add(self, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
-        values = values.detach().float()
-        self.sums[name] = self.sums.get(name, 0.0) + float((values * mask).sum())
-        self.counts[name] = self.counts.get(name, 0.0) + float(mask.sum())
+        total = (values.detach().float() * mask).sum()
+        self.sums[name] = self.sums[name] + total if name in self.sums else total
+        self.counts[name] = self.counts[name] + mask.sum() if name in self.counts else mask.sum()
 
     def mean(self, name: str) -> float:
-        count = self.counts.get(name, 0.0)
-        return self.sums[name] / count if count else float("nan")
+        if name not in self.sums or float(self.counts[name]) == 0:
+            return float("nan")
+        return float(self.sums[name] / self.counts[name])
 
 
 class Trainer:
@@ -297,8 +298,9 @@ class Trainer:
             for i in self._progress(range(num_minibatches), f"epoch {epoch}: training {inner + 1}/{t.num_inner_epochs}"):
                 idx = torch.arange(i * mb, (i + 1) * mb)
                 sync = (i + 1) % t.gradient_accumulation_steps == 0
-                diff = self._train_minibatch(shuffled.select(idx), adv[idx.to(adv.device)], sync, (stats, inner_stats))
-                if inner == 0 and i == 0:
+                first = inner == 0 and i == 0  # before any update: the on-policy check
+                diff = self._train_minibatch(shuffled.select(idx), adv[idx.to(adv.device)], sync, stats, inner_stats, first)
+                if first:
                     mismatch = diff
                 if sync:
                     grad_norms.append(self._optimizer_step())
@@ -319,8 +321,13 @@ class Trainer:
         out["train/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
-    def _train_minibatch(self, batch: Rollout, adv: torch.Tensor, sync: bool, stats: tuple) -> float:
-        """Backward every trained transition of one minibatch; return max |Δ log-prob| vs stored."""
+    def _train_minibatch(
+        self, batch: Rollout, adv: torch.Tensor, sync: bool, stats: _Stats, inner_stats: _Stats, check: bool
+    ) -> float:
+        """Backward every trained transition of one minibatch.
+
+        Returns max |recomputed − stored log-prob| over its transitions when `check` (else NaN).
+        """
         t, s = self.config.train, self.config.sample
         guidance = s.guidance_scale if t.cfg else 1.0
         k_steps = batch.train_steps.shape[1]
@@ -331,7 +338,7 @@ class Trainer:
             num_valid=int(mask_all.sum()),
         ) / t.gradient_accumulation_steps
         loss_fn, kl_fn = policy_loss("clipped"), kl_estimator(t.kl_estimator)
-        max_diff = 0.0
+        max_diff = torch.zeros((), device=batch.log_probs.device)
         for k in range(k_steps):
             x, timesteps, x_next, args, levels, j, valid = transition_inputs(batch, k)
             rows = torch.arange(len(batch), device=j.device)
@@ -352,16 +359,17 @@ class Trainer:
                     loss = loss + t.beta * kl
                 mask = valid.float()
                 self.acc.backward((loss * mask).sum() * weight)
-            max_diff = max(max_diff, float(((step.log_prob.detach() - old).abs() * mask).max()))
-            for st in stats:
-                st.add("loss", loss, mask)
-                st.add("policy_loss", policy_term, mask)
-                st.add("approx_kl", info["approx_kl"], mask)
-                st.add("clipfrac", info["clipped"], mask)
-                st.add("ratio", info["ratio"], mask)
-                if ref_step is not None:
-                    st.add("kl", kl, mask)
-        return max_diff
+            if check:
+                max_diff = torch.maximum(max_diff, ((step.log_prob.detach() - old).abs() * mask).max())
+            stats.add("loss", loss, mask)
+            stats.add("policy_loss", policy_term, mask)
+            stats.add("approx_kl", info["approx_kl"], mask)
+            stats.add("clipfrac", info["clipped"], mask)
+            stats.add("ratio", info["ratio"], mask)
+            inner_stats.add("approx_kl", info["approx_kl"], mask)  # for the KL early stop
+            if ref_step is not None:
+                stats.add("kl", kl, mask)
+        return float(max_diff) if check else float("nan")
 
     def _optimizer_step(self) -> float:
         t = self.config.train

@@ -137,9 +137,10 @@ def bench_rollout(trainer, args) -> dict:
     prompts = [r["prompt"] for r in rows]
     seeds = list(range(b))
     noise = trainer.noise_level  # SD3: sample.noise_level (0.7, flow_grpo); SD: sample.eta (1.0)
+    device = policy.device  # looked up once: diffusers' ModelMixin.device walks every submodule
 
     def ours():
-        generator = torch.Generator(policy.device).manual_seed(0)
+        generator = torch.Generator(device).manual_seed(0)
         sample_rollout(
             policy, policy.denoiser, rows, seeds=seeds, num_steps=s.num_steps, guidance_scale=s.guidance_scale,
             noise_level=noise, generator=generator, negative_prompt=s.negative_prompt,
@@ -152,7 +153,7 @@ def bench_rollout(trainer, args) -> dict:
         kwargs["eta"] = noise  # DDIM with the same stochasticity (draws the same amount of noise)
 
     def baseline():
-        generator = torch.Generator(policy.device).manual_seed(0)
+        generator = torch.Generator(device).manual_seed(0)
         pipe(
             prompt=prompts, negative_prompt=[s.negative_prompt] * b, num_inference_steps=s.num_steps,
             guidance_scale=s.guidance_scale, height=s.resolution, width=s.resolution, output_type="pt",

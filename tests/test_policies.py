@@ -215,3 +215,10 @@ def test_saved_lora_reloads_exactly_in_plain_diffusers(tiny_dirs, tmp_path, kind
         expected = policy.predict(policy.denoiser, x, t, cond, 4.5)
         got = reloaded.predict(reloaded.denoiser, x, t, cond, 4.5)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind,bad", [("sd3", -0.1), ("sd", 1.5)])
+def test_rollout_rejects_invalid_noise_level(tiny_dirs, kind, bad):
+    policy = _policy(tiny_dirs, kind)
+    with pytest.raises(ValueError, match="noise_level|eta"):
+        sample_rollout(policy, policy.denoiser, ROWS[:1], seeds=[0], num_steps=3, guidance_scale=1.0, noise_level=bad)

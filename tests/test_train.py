@@ -203,3 +203,13 @@ def test_update_moves_log_probs_toward_positive_advantages(tmp_path, tiny_dirs):
             old = rollout.log_probs[torch.arange(len(rollout)), j]
             gain += float((advantages * (new - old)).sum())
     assert gain > 0
+
+
+def test_group_members_share_initial_noise_when_asked(tmp_path, tiny_dirs):
+    from ddpo_grpo.trainer import Trainer
+
+    config = _config(tmp_path, tiny_dirs["sd3"], **{"sample.share_group_noise": True, "sample.num_batches_per_epoch": 1})
+    rollout, _, _ = Trainer(config).sample_phase(0)
+    x0 = rollout.latents[:, 0]  # [4, C, h, w]: one group of 4
+    assert all(torch.equal(x0[0], x0[i]) for i in range(1, 4))
+    assert not torch.equal(rollout.latents[0, -1], rollout.latents[1, -1])  # SDE noise still differs

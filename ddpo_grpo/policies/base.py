@@ -9,6 +9,8 @@ A subclass provides:
     encode_prompts(prompts, negative_prompt)  -> cond: dict of tensors with batch dim first;
                                                  keys "neg_<k>" hold the unconditional twin of "<k>"
     schedule(num_steps)                       -> Schedule (denoiser timesteps + kernel scalars per step)
+    check(schedule, noise_levels)             -> ValueError unless the kernel accepts them; called once per
+                                                 rollout, so that step() can skip per-step validation
     forward(model, latents, timesteps, cond)  -> raw denoiser output for one (positive or negative) branch
     step(model_output, latents, kernel_args, noise_level, prev_sample, generator) -> sde.Step
     decode(latents)                           -> images in [0, 1]
@@ -78,7 +80,8 @@ class Policy:
 
     @property
     def device(self) -> torch.device:
-        return self.denoiser.device
+        # (diffusers' ModelMixin.device walks every submodule: ~1 ms on a LoRA'd model)
+        return next(self.denoiser.parameters()).device
 
     def latent_shape(self) -> tuple[int, int, int]:
         """(C, h, w) of one latent at `self.resolution`."""
@@ -98,6 +101,9 @@ class Policy:
         raise NotImplementedError
 
     def schedule(self, num_steps: int) -> Schedule:
+        raise NotImplementedError
+
+    def check(self, schedule: Schedule, noise_levels: torch.Tensor) -> None:
         raise NotImplementedError
 
     def forward(self, model, latents, timesteps, cond) -> torch.Tensor:

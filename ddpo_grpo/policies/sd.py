@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ddpo_grpo.policies.base import Policy, Schedule
-from ddpo_grpo.sde import Step, ddim_step
+from ddpo_grpo.sde import Step, check_ddim_args, ddim_step
 
 
 class SDPolicy(Policy):
@@ -42,6 +42,10 @@ class SDPolicy(Policy):
             kernel_args={"alpha_prod_t": alpha_t.float(), "alpha_prod_t_prev": alpha_prev.float()},
         )
 
+    def check(self, schedule, noise_levels):
+        k = schedule.kernel_args
+        check_ddim_args(k["alpha_prod_t"], k["alpha_prod_t_prev"], noise_levels.to(k["alpha_prod_t"].device))
+
     def forward(self, model, latents, timesteps, cond):
         return model(latents, timesteps, encoder_hidden_states=cond["embeds"], return_dict=False)[0]
 
@@ -49,6 +53,7 @@ class SDPolicy(Policy):
         return ddim_step(
             model_output, latents, kernel_args["alpha_prod_t"], kernel_args["alpha_prod_t_prev"],
             eta=noise_level, prev_sample=prev_sample, generator=generator, prediction_type=self.prediction_type,
+            validate=False,
         )
 
     def decode(self, latents):

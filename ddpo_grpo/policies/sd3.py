@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ddpo_grpo.policies.base import Policy, Schedule
-from ddpo_grpo.sde import Step, flow_sde_step
+from ddpo_grpo.sde import Step, check_flow_args, flow_sde_step
 
 
 class SD3Policy(Policy):
@@ -57,6 +57,10 @@ class SD3Policy(Policy):
             kernel_args={"sigma": sigmas[:-1].clone(), "sigma_next": sigmas[1:].clone()},
         )
 
+    def check(self, schedule, noise_levels):
+        k = schedule.kernel_args
+        check_flow_args(k["sigma"], k["sigma_next"], noise_levels.to(k["sigma"].device), self.sde_type)
+
     def forward(self, model, latents, timesteps, cond):
         return model(
             hidden_states=latents, timestep=timesteps, encoder_hidden_states=cond["embeds"],
@@ -66,7 +70,7 @@ class SD3Policy(Policy):
     def step(self, model_output, latents, kernel_args, noise_level, *, prev_sample=None, generator=None) -> Step:
         return flow_sde_step(
             model_output, latents, kernel_args["sigma"], kernel_args["sigma_next"], noise_level=noise_level,
-            sde_type=self.sde_type, prev_sample=prev_sample, generator=generator,
+            sde_type=self.sde_type, prev_sample=prev_sample, generator=generator, validate=False,
         )
 
     def decode(self, latents):
