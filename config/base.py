@@ -101,7 +101,13 @@ def get_config():
 
     # ---- rewards ------------------------------------------------------------------------------
     config.reward = reward = ml_collections.ConfigDict()
-    reward.fns = {"jpeg_compressibility": 1.0}  # name (or "file.py:fn") -> weight; the reward is Σ w·score
+    reward.fns = {"jpeg_compressibility": 1.0}  # name -> weight (see reward.sources for user files)
+    # "reward": advantages of the weighted sum Σ w·score; "advantage": each reward normalised within its
+    # group by its own stat tracker, then Σ w·A (MixGRPO / DanceGRPO), for rewards on different scales.
+    reward.aggregation = "reward"
+    # Threads scoring batch b while batch b+1 is sampled (0 = score synchronously after each batch).
+    # Results are collected in batch order, so the outcome does not depend on this setting.
+    reward.num_workers = 1
     reward.kwargs = {}  # name -> dict of keyword arguments for that reward's factory
     # name -> what it loads: a registry name or "path/to/file.py:fn". Config keys cannot contain dots,
     # so a user file gets an alias: reward.sources = {"mine": "my_reward.py:score"}, reward.fns = {"mine": 1.0}

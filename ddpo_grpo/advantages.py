@@ -375,3 +375,67 @@ class PerPromptStatTracker:
 def compute_advantages(prompts: Sequence[str], rewards, mode: str = "zscore", **kwargs) -> tuple[np.ndarray, dict]:
     """One-shot advantages: ``PerPromptStatTracker(mode, **kwargs).update(prompts, rewards)``."""
     return PerPromptStatTracker(mode, **kwargs).update(prompts, rewards)
+
+
+# --------------------------------------------------------------------------- #
+# Several rewards: aggregate before or after normalisation                    #
+# --------------------------------------------------------------------------- #
+def _masked_update(tracker: PerPromptStatTracker, prompts: Sequence[str], rewards: np.ndarray):
+    """Advantages of the non-NaN rewards (NaN = not applicable → advantage 0); (adv [N], stats)."""
+    valid = ~np.isnan(rewards)  # [N]
+    adv = np.zeros(len(rewards), dtype=np.float32)  # [N]
+    if not valid.any():
+        return adv, {"adv/frac_zero_std": float("nan"), "adv/mean": 0.0, "adv/std": 0.0}
+    adv[valid], stats = tracker.update([p for p, v in zip(prompts, valid) if v], rewards[valid])
+    return adv, stats
+
+
+class RewardAdvantages:
+    """Advantages from several weighted rewards, aggregated at one of two levels.
+
+    - ``"reward"`` (default): r = Σ_i w_i·r_i first (NaN terms skipped, see
+      ``reward_models.MultiReward.combine``), then one stat tracker: A = norm(r).
+    - ``"advantage"`` (MixGRPO / DanceGRPO style): each reward is normalised within its
+      group by its own tracker, then weighted: A = Σ_i w_i·norm_i(r_i). Rewards on very
+      different scales then contribute in proportion to their weights, not their spreads.
+
+    Samples whose reward is NaN get advantage 0 from that reward (all NaN → 0 overall).
+    State (per-prompt buffers, running moments) round-trips through state_dict().
+    """
+
+    def __init__(self, weights: dict[str, float], aggregation: str = "reward", **tracker_kwargs):
+        if aggregation not in ("reward", "advantage"):
+            raise ValueError(f"reward.aggregation={aggregation!r} must be 'reward' or 'advantage'")
+        self.weights = dict(weights)
+        self.aggregation = aggregation
+        names = ["__combined__"] if aggregation == "reward" else list(self.weights)
+        self.trackers = {name: PerPromptStatTracker(**tracker_kwargs) for name in names}
+
+    def __call__(
+        self, prompts: Sequence[str], per_reward: dict[str, np.ndarray], combined: np.ndarray
+    ) -> tuple[np.ndarray, dict]:
+        """prompts [N], per_reward name -> [N], combined [N] (the weighted sum) -> (advantages [N], stats)."""
+        if self.aggregation == "reward":
+            return _masked_update(self.trackers["__combined__"], prompts, np.asarray(combined, dtype=np.float64))
+        total = np.zeros(len(prompts), dtype=np.float64)  # [N]
+        stats: dict = {}
+        for name, weight in self.weights.items():
+            adv, sub = _masked_update(self.trackers[name], prompts, np.asarray(per_reward[name], dtype=np.float64))
+            total += weight * adv
+            stats.update({f"adv/{name}/{k.split('/', 1)[1]}": v for k, v in sub.items()})
+        stats["adv/frac_zero_std"] = float(np.nanmean([stats[f"adv/{n}/frac_zero_std"] for n in self.weights]))
+        stats["adv/mean"], stats["adv/std"] = float(total.mean()), float(total.std())
+        return total.astype(np.float32), stats
+
+    def state_dict(self) -> dict:
+        return {name: tracker.state_dict() for name, tracker in self.trackers.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = set(self.trackers) - set(state)
+        if missing:
+            raise ValueError(
+                f"checkpoint has no advantage state for {sorted(missing)}; was it written with other "
+                "reward.fns or reward.aggregation?"
+            )
+        for name, tracker in self.trackers.items():
+            tracker.load_state_dict(state[name])

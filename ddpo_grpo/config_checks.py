@@ -83,6 +83,9 @@ def validate(config, num_processes: int = 1) -> dict:
         p.append(f"train.reference_update_freq={t.reference_update_freq} must be ≥ 1 with reference_update={t.reference_update!r}")
     if not 0 <= t.reference_mix_alpha <= 1 or not 0 <= t.ema_decay < 1:
         p.append("train.reference_mix_alpha must be in [0, 1] and train.ema_decay in [0, 1)")
+    _choice(p, "reward.aggregation", config.reward.aggregation, ("reward", "advantage"))
+    if not isinstance(config.reward.num_workers, int) or config.reward.num_workers < 0:
+        p.append(f"reward.num_workers={config.reward.num_workers!r} must be an integer ≥ 0 (0 = score synchronously)")
     if not config.reward.fns:
         p.append("reward.fns is empty: set it to {name: weight}, e.g. {'jpeg_compressibility': 1.0}")
 

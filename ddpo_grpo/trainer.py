@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ddpo_grpo import checkpoint as ckpt
-from ddpo_grpo.advantages import PerPromptStatTracker
+from ddpo_grpo.advantages import RewardAdvantages
 from ddpo_grpo.config_checks import validate
 from ddpo_grpo.logging_utils import MetricsLogger
 from ddpo_grpo.losses import aggregation_weight, kl_estimator, policy_loss
@@ -190,9 +190,9 @@ class Trainer:
             dict(cfg.reward.fns), {k: dict(v) for k, v in cfg.reward.kwargs.items()}, dict(cfg.reward.sources)
         )
         t = cfg.train
-        self.tracker = PerPromptStatTracker(
-            t.adv_mode, buffer_size=t.adv_buffer_size, min_count=t.adv_min_count, ema_decay=t.adv_ema_decay,
-            clip=t.adv_clip_max if t.adv_clip_max > 0 else None,
+        self.tracker = RewardAdvantages(
+            self.reward.weights, cfg.reward.aggregation, mode=t.adv_mode, buffer_size=t.adv_buffer_size,
+            min_count=t.adv_min_count, ema_decay=t.adv_ema_decay, clip=t.adv_clip_max if t.adv_clip_max > 0 else None,
         )
         s = cfg.sample
         self.plan = StepPlan(
@@ -201,6 +201,11 @@ class Trainer:
             fraction=t.timestep_fraction, selection=t.timestep_selection,
         )
         self.noise_level = s.noise_level if self.policy.noise_field == "sample.noise_level" else s.eta
+        self._reward_pool = None
+        if cfg.reward.num_workers > 0:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._reward_pool = ThreadPoolExecutor(cfg.reward.num_workers, thread_name_prefix="reward")
 
     def _print_startup(self):
         if not self.main:
@@ -227,9 +232,10 @@ class Trainer:
         return rows, items[self.rank * n : (self.rank + 1) * n]
 
     def sample_phase(self, epoch: int):
+        """Sample every batch; score batch b (in reward.num_workers threads) while batch b+1 is sampled."""
         cfg, s = self.config, self.config.sample
         rows, items = self.epoch_items(epoch)
-        rollouts, scores = [], []
+        rollouts, pending = [], []
         batches = range(s.num_batches_per_epoch)
         timing = {"sample": 0.0, "reward": 0.0}
         for b in self._progress(batches, f"epoch {epoch}: sampling"):
@@ -248,13 +254,20 @@ class Trainer:
                 autocast=self.autocast,
             )
             timing["sample"] += time.perf_counter() - start
-            start = time.perf_counter()
-            per_reward, _ = self.reward(rollout.images, rollout.prompts, rollout.metadata)
-            timing["reward"] += time.perf_counter() - start
             rollouts.append(rollout)
-            scores.append(per_reward)
+            pending.append(self._score(rollout))
+        start = time.perf_counter()
+        scores = [p.result() if hasattr(p, "result") else p for p in pending]  # batch order, whatever finished first
+        timing["reward"] += time.perf_counter() - start  # time spent waiting for rewards after sampling
         per_reward = {name: np.concatenate([sc[name] for sc in scores]) for name in self.reward.names}
         return Rollout.cat(rollouts), per_reward, timing
+
+    def _score(self, rollout: Rollout):
+        """Reward scores of one batch: a Future when reward.num_workers > 0, else the scores themselves."""
+        images = rollout.images.cpu()
+        if self._reward_pool is None:
+            return self.reward(images, rollout.prompts, rollout.metadata)[0]
+        return self._reward_pool.submit(lambda: self.reward(images, rollout.prompts, rollout.metadata)[0])
 
     # ------------------------------------------------------------------ phase 2: advantages
     def _gather(self, values: np.ndarray) -> np.ndarray:
@@ -267,15 +280,10 @@ class Trainer:
         all_per_reward = {name: self._gather(v) for name, v in per_reward.items()}  # process-major = global order
         combined = self.reward.combine(all_per_reward)  # [N]
         prompts = [rows[i // self.config.sample.group_size]["prompt"] for i in range(len(combined))]
-        valid = ~np.isnan(combined)
-        advantages = np.zeros(len(combined), dtype=np.float32)
-        adv_stats = {"adv/frac_zero_std": float("nan"), "adv/mean": float("nan"), "adv/std": float("nan")}
-        if valid.any():
-            adv, adv_stats = self.tracker.update([p for p, v in zip(prompts, valid) if v], combined[valid])
-            advantages[valid] = adv
+        advantages, adv_stats = self.tracker(prompts, all_per_reward, combined)
         stats = dict(self.reward.stats(all_per_reward, combined))
         stats.update(adv_stats)
-        stats["reward/frac_nan"] = float(1.0 - valid.mean())
+        stats["reward/frac_nan"] = float(np.isnan(combined).mean())
         n = self.totals["samples_per_process"]
         mine = torch.as_tensor(advantages[self.rank * n : (self.rank + 1) * n], device=self.acc.device)
         return mine, stats
@@ -423,6 +431,8 @@ class Trainer:
                 self.save_checkpoint(epoch)
         final = self.export_final()
         self.logger.close()
+        if self._reward_pool is not None:
+            self._reward_pool.shutdown()
         return final
 
     # ------------------------------------------------------------------ images, checkpoints, export

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -213,3 +214,15 @@ def test_group_members_share_initial_noise_when_asked(tmp_path, tiny_dirs):
     x0 = rollout.latents[:, 0]  # [4, C, h, w]: one group of 4
     assert all(torch.equal(x0[0], x0[i]) for i in range(1, 4))
     assert not torch.equal(rollout.latents[0, -1], rollout.latents[1, -1])  # SDE noise still differs
+
+
+def test_async_reward_scoring_gives_the_same_scores(tmp_path, tiny_dirs):
+    from ddpo_grpo.trainer import Trainer
+
+    scores = {}
+    for workers in (0, 2):
+        config = _config(tmp_path / str(workers), tiny_dirs["sd3"], **{"reward.num_workers": workers})
+        _, per_reward, _ = Trainer(config).sample_phase(0)
+        scores[workers] = per_reward["jpeg_compressibility"]
+    assert len(scores[0]) == 8
+    np.testing.assert_array_equal(scores[0], scores[2])
