@@ -1,13 +1,23 @@
 """Prompt sources (built-in lists, .txt/.json/.jsonl files) and a deterministic sampler.
 
-Every row is a ``dict`` with at least ``"prompt"`` (``str``); other fields are
-metadata passed through to reward functions.
+Every row is a ``dict`` with at least ``"prompt"`` (``str``); every other field of a JSON/JSONL row
+(``ground_truth``, ``data_source``, ``extra_info``, ...) is kept as is and reaches the reward
+functions as that sample's ``metadata`` (``rollout.sample_rollout`` puts all non-"prompt" fields
+there).
+
+Built-in sources (:data:`BUILTIN_PROMPTS`):
+
+* ``"simple"``: a short list of object prompts (the default for smoke tests);
+* ``"animals"``: 45 common animals ("cat", "dog", ...), DDPO's simple animal prompts, shipped as
+  the package data file ``ddpo_grpo/data/animals.txt`` and read on first use.
 """
 from __future__ import annotations
 
+import collections.abc
 import json
 import os
-from typing import Callable, Dict, List, Sequence
+from importlib import resources
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,9 +41,54 @@ SIMPLE_PROMPTS = (
     "a bicycle",
 )
 
-#: built-in name -> tuple of prompts
+def _parse_txt(lines) -> List[str]:
+    """Prompts of a text file's lines: stripped, blank lines and ``#`` comments skipped."""
+    return [t for t in (line.strip() for line in lines) if t and not t.startswith("#")]
+
+
+class PackagedPrompts(collections.abc.Sequence):
+    """A prompt list stored as a package data file (one prompt per line), read on first access.
+
+    ``resource`` is relative to the ``ddpo_grpo`` package, e.g. ``"data/animals.txt"``.
+    """
+
+    def __init__(self, resource: str, package: str = "ddpo_grpo"):
+        self.resource, self.package = resource, package
+        self._prompts: Optional[Tuple[str, ...]] = None
+
+    def _load(self) -> Tuple[str, ...]:
+        if self._prompts is None:
+            ref = resources.files(self.package).joinpath(self.resource)
+            try:
+                text = ref.read_text(encoding="utf-8")
+            except (FileNotFoundError, OSError) as exc:
+                raise FileNotFoundError(
+                    f"built-in prompt file {self.package}/{self.resource} is missing from the installed package; "
+                    "reinstall ddpo_grpo (it ships as package data)"
+                ) from exc
+            self._prompts = tuple(_parse_txt(text.splitlines()))
+        return self._prompts
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __getitem__(self, index):
+        return self._load()[index]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __repr__(self) -> str:
+        return f"PackagedPrompts({self.package}/{self.resource})"
+
+
+#: 45 common animals (DDPO's simple animal prompts), from ddpo_grpo/data/animals.txt
+ANIMAL_PROMPTS = PackagedPrompts("data/animals.txt")
+
+#: built-in name -> sequence of prompts
 BUILTIN_PROMPTS: Dict[str, Sequence[str]] = {
     "simple": SIMPLE_PROMPTS,
+    "animals": ANIMAL_PROMPTS,
 }
 
 
@@ -50,13 +105,8 @@ def _check_row(row: object, where: str) -> dict:
 
 def _load_txt(path: str) -> List[dict]:
     """One prompt per line; blank lines and ``#`` comments are skipped."""
-    rows = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            text = line.strip()
-            if text and not text.startswith("#"):
-                rows.append({"prompt": text})
-    return rows
+        return [{"prompt": text} for text in _parse_txt(f)]
 
 
 def _load_jsonl(path: str) -> List[dict]:
@@ -97,6 +147,8 @@ FILE_LOADERS: Dict[str, Callable[[str], List[dict]]] = {
 
 def load_prompts(source: str) -> List[dict]:
     """Load prompt rows from a built-in name or a ``.txt`` / ``.json`` / ``.jsonl`` file.
+
+    JSON/JSONL rows keep all their fields (everything but "prompt" becomes reward metadata).
 
     Raises ``ValueError`` for an unknown source, a malformed row (naming file and
     line/index), or an empty result.

@@ -13,6 +13,6 @@ from .registry import (
     to_pil,
     to_uint8,
 )
-from . import compression  # noqa: F401  (registers the JPEG rewards)
+from . import compression, per_sample, remote, similarity  # noqa: F401,E402  (registering is cheap: no weights)
 
 __all__ = ["REGISTRY", "MultiReward", "build_reward", "load_reward", "register", "to_pil", "to_uint8"]

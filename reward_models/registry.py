@@ -13,13 +13,18 @@ Contract of a batched reward function::
 
 A *factory* is ``factory(**kwargs) -> fn``; the registry maps names to factories
 so that heavy imports (models, weights) only happen when a reward is requested.
+
+A user file (``"path/to/file.py:attr"``) may also provide a per-sample scorer in verl's style,
+``compute_score(data_source, solution, ground_truth, extra_info) -> float``, or a dict
+``{data_source: scorer}`` routing rows by their ``data_source``; :func:`load_reward` adapts both
+into the batched contract (see :mod:`reward_models.per_sample`).
 """
 from __future__ import annotations
 
 import importlib.util
 import inspect
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -72,13 +77,27 @@ def register(name: str) -> Callable[[RewardFactory], RewardFactory]:
 
 def _available() -> str:
     names = ", ".join(sorted(REGISTRY)) or "(none)"
-    return f"registered rewards: {names}; or a user file as 'path/to/file.py:fn_name'"
+    return (
+        f"registered rewards: {names}; or a user file as 'path/to/file.py:fn_name' (a batched "
+        "fn(images, prompts, metadata), a factory, a per-sample compute_score(data_source, solution, "
+        "ground_truth, extra_info), or a {data_source: scorer} dict)"
+    )
+
+
+#: attributes tried, in order, for a spec naming only a file ("path/to/file.py")
+DEFAULT_USER_ATTRS = ("REWARDS", "compute_score")
 
 
 def _load_user_attr(spec_str: str) -> Any:
-    """Import ``path/to/file.py`` and return its attribute ``fn_name``."""
-    path, _, attr = spec_str.rpartition(":")
-    if not path or not attr:
+    """Import ``path/to/file.py`` and return its attribute ``attr`` (spec ``"path/to/file.py:attr"``).
+
+    A spec without ``:attr`` picks the first of :data:`DEFAULT_USER_ATTRS` the file defines. The
+    attribute must be callable or a dict (a ``{data_source: scorer}`` routing table).
+    """
+    path, sep, attr = spec_str.rpartition(":")
+    if not sep and spec_str.endswith(".py"):
+        path, attr = spec_str, ""
+    elif not path or not attr:
         raise ValueError(f"reward {spec_str!r}: expected 'path/to/file.py:fn_name'")
     path = os.path.expanduser(path)
     if not os.path.isfile(path):
@@ -95,20 +114,39 @@ def _load_user_attr(spec_str: str) -> Any:
         spec.loader.exec_module(module)
     except Exception as exc:  # surface the user file's error with context
         raise RuntimeError(f"reward {spec_str!r}: importing {path!r} failed: {exc}") from exc
+    public = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+    if not attr:
+        attr = next((a for a in DEFAULT_USER_ATTRS if hasattr(module, a)), "")
+        if not attr:
+            raise ValueError(
+                f"reward {spec_str!r}: file {path!r} defines none of {list(DEFAULT_USER_ATTRS)}; "
+                f"name the function as 'file.py:fn_name' (callables defined there: {public})"
+            )
     if not hasattr(module, attr):
-        public = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
         raise ValueError(
             f"reward {spec_str!r}: file {path!r} has no attribute {attr!r}; "
             f"callables defined there: {public}"
         )
     obj = getattr(module, attr)
-    if not callable(obj):
-        raise ValueError(f"reward {spec_str!r}: {attr!r} in {path!r} is not callable")
+    if not callable(obj) and not isinstance(obj, Mapping):
+        raise ValueError(
+            f"reward {spec_str!r}: {attr!r} in {path!r} is not callable "
+            "(nor a {data_source: scorer} dict)"
+        )
     return obj
 
 
 def _is_factory(obj: Callable) -> bool:
-    """A user callable is treated as a factory if it cannot take 3 positional args."""
+    """A user callable is a factory if it cannot take 3 positional args and is not a per-sample scorer.
+
+    Per-sample scorers (parameters ``data_source, solution, ground_truth, extra_info``) are recognised
+    first, by name, because verl's ``extra_info=None`` default would otherwise let them bind 3
+    positional args and pass for a batched fn.
+    """
+    from .per_sample import is_per_sample
+
+    if is_per_sample(obj):
+        return False
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
@@ -123,14 +161,27 @@ def _is_factory(obj: Callable) -> bool:
 def load_reward(name: str, **kwargs: Any) -> RewardFn:
     """Build a reward fn from a registry ``name`` or a ``"path/to/file.py:attr"`` spec.
 
-    For a user file, ``attr`` may be either a reward fn (used directly; ``kwargs``
-    must then be empty) or a factory ``factory(**kwargs) -> fn``. A callable that
-    accepts three positional arguments is taken to be a reward fn.
+    For a user file, ``attr`` is resolved in this order:
+
+    1. a dict ``{data_source: scorer}`` -> rows routed by ``metadata[i]["data_source"]``
+       (:class:`reward_models.per_sample.DataSourceRouter`; unrouted rows score NaN);
+    2. a per-sample scorer ``(data_source, solution, ground_truth, extra_info)``, recognised by
+       its parameter names -> adapted to the batched contract
+       (:class:`reward_models.per_sample.PerSampleReward`); ``kwargs`` are passed on every call;
+    3. a batched reward fn, i.e. a callable accepting three positional arguments
+       (used directly; ``kwargs`` must then be empty);
+    4. otherwise a factory ``factory(**kwargs) -> fn``.
+
+    ``"path/to/file.py"`` without ``:attr`` uses the file's ``REWARDS``, else its ``compute_score``.
     """
     if name in REGISTRY:
         return REGISTRY[name](**kwargs)
-    if ":" in name:
+    if ":" in name or name.endswith(".py"):
+        from .per_sample import adapt_per_sample, is_per_sample
+
         obj = _load_user_attr(name)
+        if isinstance(obj, Mapping) or is_per_sample(obj):
+            return adapt_per_sample(obj, name, **kwargs)
         if _is_factory(obj):
             fn = obj(**kwargs)
             if not callable(fn):

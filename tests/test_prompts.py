@@ -4,6 +4,7 @@
 import json
 
 import pytest
+import torch
 
 from ddpo_grpo.prompts import BUILTIN_PROMPTS, PromptSampler, load_prompts
 
@@ -90,3 +91,69 @@ def test_sampler_replacement():
     drawn = s.draw(0, 1)
     drawn[0]["prompt"] = "mutated"
     assert rows[0]["prompt"] == "0" and all(r["prompt"] != "mutated" for r in rows)
+
+
+def test_builtin_animals():
+    rows = load_prompts("animals")
+    prompts = [r["prompt"] for r in rows]
+    assert len(prompts) == len(BUILTIN_PROMPTS["animals"]) == 45 == len(set(prompts))
+    assert {"cat", "dog", "horse", "kangaroo"} <= set(prompts)
+    assert all(p and p == p.strip() and not p.startswith("#") for p in prompts)
+    assert list(BUILTIN_PROMPTS["animals"])[:2] == ["cat", "dog"] and BUILTIN_PROMPTS["animals"][-1] == "kangaroo"
+
+
+def test_animals_ship_as_package_data():
+    from importlib import resources
+
+    text = resources.files("ddpo_grpo").joinpath("data/animals.txt").read_text(encoding="utf-8")
+    assert "kangaroo" in text
+
+
+class _FakePolicy:
+    """The duck-typed surface `sample_rollout` uses, with no model: enough to follow metadata."""
+
+    device = torch.device("cpu")
+
+    def encode_prompts(self, prompts, negative_prompt=""):
+        return {"emb": torch.zeros(len(prompts), 2), "neg_emb": torch.zeros(len(prompts), 2)}
+
+    def schedule(self, num_steps):
+        from ddpo_grpo.policies.base import Schedule
+
+        sig = torch.linspace(1.0, 0.0, num_steps + 1)
+        return Schedule(timesteps=sig[:-1] * 1000, kernel_args={"sigma": sig[:-1], "sigma_next": sig[1:]})
+
+    def check(self, schedule, noise_levels):
+        pass
+
+    def latent_shape(self):
+        return (3, 4, 4)
+
+    def predict(self, model, x, t, cond, guidance_scale):
+        return torch.zeros_like(x)
+
+    def step(self, out, x, args, level, generator=None):
+        from ddpo_grpo.sde import Step
+
+        std = torch.full((x.shape[0], 1, 1, 1), 0.1)
+        return Step(prev_sample=0.5 * x, log_prob=torch.zeros(x.shape[0]), mean=0.5 * x, std=std)
+
+    def decode(self, x):
+        return x.clamp(0, 1)
+
+
+def test_jsonl_fields_reach_rollout_metadata(tmp_path):
+    """JSONL row -> load_prompts -> PromptSampler -> sample_rollout: every non-prompt field is metadata."""
+    from ddpo_grpo.rollout import sample_rollout
+
+    rows_in = [
+        {"prompt": "a cat", "ground_truth": "gt/cat.png", "data_source": "animals", "extra_info": {"split": "train"}},
+        {"prompt": "a dog", "ground_truth": 3, "data_source": "counting"},
+    ]
+    p = tmp_path / "rows.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows_in))
+    rows = PromptSampler(load_prompts(str(p)), seed=0).draw(0, 2)
+    rollout = sample_rollout(_FakePolicy(), None, rows, seeds=[0, 1], num_steps=2, guidance_scale=1.0, noise_level=1.0)
+    by_prompt = dict(zip(rollout.prompts, rollout.metadata))
+    assert by_prompt == {r["prompt"]: {k: v for k, v in r.items() if k != "prompt"} for r in rows_in}
+    assert rollout.images.shape == (2, 3, 4, 4)

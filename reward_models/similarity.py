@@ -1,0 +1,202 @@
+"""Reference-image similarity rewards: PSNR and SSIM against a ground-truth image per row.
+
+Both rewards compare each generated image with the ground-truth image of its dataset row,
+``metadata[i][key]`` (``key="ground_truth"`` by default; e.g. ``key="ground_truth_image"``), given as
+
+* a path to an image file (``str`` / ``os.PathLike``); a relative path is resolved against the
+  ``root`` kwarg (default: the current working directory at call time); read with PIL, converted
+  to RGB and scaled to ``[0, 1]``; decoded files are cached (keyed by path, size and mtime, so an
+  edited file is reread);
+* a float tensor / array ``(3, H, W)`` in ``[0, 1]`` (a ``uint8`` one is divided by 255), or a
+  ``PIL.Image``.
+
+A ground truth whose size differs from the generated image's is resized to the generated size
+with bicubic interpolation (antialiased when shrinking) and clamped to ``[0, 1]``; generated
+images are clamped to ``[0, 1]`` too. Rows without a ground truth (key absent or ``None``) score
+NaN, "not applicable", and are counted in ``info["missing"]``. The maths runs on the images'
+device, in float32.
+
+Registered rewards (factory kwargs ``key``, ``root``):
+
+* ``psnr`` (also ``max_db``): peak signal-to-noise ratio in dB for a peak value of 1,
+  ``PSNR = 10·log10(1 / MSE)``, MSE over all channels and pixels; identical images (MSE = 0) and
+  anything above ``max_db`` score ``max_db`` = 100 dB, a finite cap, so that a perfect sample does
+  not produce an infinite reward. A uniform offset of 0.1 gives 20 dB.
+* ``ssim``: the structural similarity index of Wang, Bovik, Sheikh & Simoncelli (2004),
+  see :func:`ssim`; in ``[-1, 1]``, 1 for identical images.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .registry import register
+
+#: PSNR reported for identical images (and the ceiling of every PSNR), dB
+PSNR_CAP_DB = 100.0
+SSIM_WIN_SIZE = 11
+SSIM_SIGMA = 1.5
+SSIM_K1 = 0.01
+SSIM_K2 = 0.03
+
+
+# ---------------------------------------------------------------------------------- metrics
+def psnr(x: torch.Tensor, y: torch.Tensor, max_db: float = PSNR_CAP_DB) -> torch.Tensor:
+    """PSNR in dB of images ``x``, ``y`` ``[B, C, H, W]`` in ``[0, 1]`` (peak 1): ``[B]`` float32.
+
+    ``PSNR = 10·log10(1 / MSE)``, ``MSE = mean over C, H, W of (x − y)²``; capped at ``max_db``
+    (identical images give exactly ``max_db``).
+    """
+    if x.shape != y.shape or x.ndim != 4:
+        raise ValueError(f"psnr: expected two [B, C, H, W] tensors of one shape, got {tuple(x.shape)}, {tuple(y.shape)}")
+    mse = (x.float() - y.float()).pow(2).flatten(1).mean(dim=1).double()  # [B]; float32 pairwise sum
+    db = 10.0 * torch.log10(1.0 / mse.clamp_min(1e-300))  # [B]; inf-free
+    return db.clamp(max=max_db).float()
+
+
+@functools.lru_cache(maxsize=8)
+def _gaussian_1d(win_size: int, sigma: float, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """Normalised 1-D Gaussian window ``[win_size]``; the 2-D window is its outer product."""
+    r = torch.arange(win_size, dtype=torch.float64) - (win_size - 1) / 2.0
+    g = torch.exp(-(r**2) / (2.0 * sigma**2))
+    return (g / g.sum()).to(device=device, dtype=dtype)
+
+
+def ssim(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    win_size: int = SSIM_WIN_SIZE,
+    sigma: float = SSIM_SIGMA,
+    k1: float = SSIM_K1,
+    k2: float = SSIM_K2,
+    data_range: float = 1.0,
+) -> torch.Tensor:
+    """Mean SSIM of images ``x``, ``y`` ``[B, C, H, W]`` (Wang et al. 2004): ``[B]`` float32.
+
+    With ``w`` the normalised ``win_size × win_size`` Gaussian window (σ = ``sigma``) and ``*`` a
+    'valid' 2-D correlation (no padding: windows lie fully inside the image, as in the authors'
+    reference code), per channel:
+
+        μx = w * x,   μy = w * y
+        σx² = w * x² − μx²,   σy² = w * y² − μy²,   σxy = w * (x·y) − μx·μy      (biased, Gaussian-weighted)
+        C1 = (K1·L)²,  C2 = (K2·L)²,  L = data_range = 1
+        SSIM map = ((2·μx·μy + C1)·(2·σxy + C2)) / ((μx² + μy² + C1)·(σx² + σy² + C2))       (eq. 13)
+
+    and the score is the mean of the map over all positions **and over the RGB channels**
+    (per-channel SSIM, averaged, as skimage's ``channel_axis`` and torchmetrics do, rather than
+    SSIM of the luminance Y alone: a colour error that keeps luminance still costs). Defaults are the
+    paper's: 11×11 window, σ = 1.5, K1 = 0.01, K2 = 0.03. Images must be at least ``win_size`` on
+    each side. The Gaussian is applied separably (two 1-D passes), which is exact; the moments are
+    taken about the images' mean (σ's are shift-invariant) to keep float32 accurate on flat regions.
+    """
+    if x.shape != y.shape or x.ndim != 4:
+        raise ValueError(f"ssim: expected two [B, C, H, W] tensors of one shape, got {tuple(x.shape)}, {tuple(y.shape)}")
+    b, c, h, w = x.shape
+    if min(h, w) < win_size:
+        raise ValueError(f"ssim: images are {h}×{w}, smaller than the {win_size}×{win_size} window")
+    x, y = x.float(), y.float()
+    # Centre both images on one per-(image, channel) offset m: the local moments of x − m, y − m give
+    # the same σ's (shift-invariant) without float32 cancellation in E[x²] − μ² on flat regions.
+    m = 0.5 * (x.mean(dim=(2, 3), keepdim=True) + y.mean(dim=(2, 3), keepdim=True))  # [B, C, 1, 1]
+    xc, yc = x - m, y - m
+    g = _gaussian_1d(win_size, float(sigma), str(x.device), x.dtype)
+    stats = torch.cat([xc, yc, xc * xc, yc * yc, xc * yc], dim=1)  # [B, 5C, H, W]
+    stats = stats.contiguous(memory_format=torch.channels_last)  # depthwise conv ~2-3x faster on CPU
+    ch = stats.shape[1]
+    stats = F.conv2d(stats, g.view(1, 1, 1, -1).expand(ch, 1, 1, win_size), groups=ch)  # along W
+    stats = F.conv2d(stats, g.view(1, 1, -1, 1).expand(ch, 1, win_size, 1), groups=ch)  # along H: valid
+    mc_x, mc_y, e_xx, e_yy, e_xy = stats.split(c, dim=1)  # each [B, C, H−win+1, W−win+1]
+    var_x, var_y, cov = e_xx - mc_x * mc_x, e_yy - mc_y * mc_y, e_xy - mc_x * mc_y
+    mu_x, mu_y = mc_x + m, mc_y + m
+    c1, c2 = (k1 * data_range) ** 2, (k2 * data_range) ** 2
+    ssim_map = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / ((mu_x * mu_x + mu_y * mu_y + c1) * (var_x + var_y + c2))
+    return ssim_map.flatten(1).mean(dim=1)  # [B]
+
+
+# ------------------------------------------------------------------------- ground truths
+@functools.lru_cache(maxsize=32)
+def _read_image(path: str, size: int, mtime_ns: int) -> np.ndarray:
+    """uint8 ``[3, H, W]`` of an image file (size and mtime only key the cache)."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        return np.ascontiguousarray(np.asarray(img.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1))
+
+
+def _ground_truth(value: Any, root: Optional[str]) -> torch.Tensor:
+    """A row's ground truth -> float32 ``[3, H, W]`` in ``[0, 1]`` on the CPU; TypeError/ValueError if invalid."""
+    if isinstance(value, (str, os.PathLike)):
+        path = os.path.expanduser(os.fspath(value))
+        if not os.path.isabs(path):
+            path = os.path.join(root if root is not None else os.getcwd(), path)
+        if not os.path.isfile(path):
+            raise ValueError(f"ground-truth image {path!r} does not exist")
+        st = os.stat(path)
+        return torch.from_numpy(_read_image(path, st.st_size, st.st_mtime_ns)).float() / 255.0
+    if hasattr(value, "convert") and hasattr(value, "size"):  # PIL.Image
+        return torch.from_numpy(np.asarray(value.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).copy()).float() / 255.0
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        t = torch.as_tensor(value).detach().cpu()
+        if t.ndim != 3 or t.shape[0] != 3:
+            raise ValueError(f"ground-truth array must have shape (3, H, W), got {tuple(t.shape)}")
+        return t.float() / 255.0 if t.dtype == torch.uint8 else t.float()
+    raise TypeError(f"ground truth of type {type(value).__name__}; expected an image path, a (3, H, W) array or a PIL image")
+
+
+def _paired(images: Any, metadata: List[dict], key: str, root: Optional[str], reward: str) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
+    """(generated [N, 3, H, W], ground truths [N, 3, H, W], row indices) of the rows that have one."""
+    images = torch.as_tensor(images) if not isinstance(images, torch.Tensor) else images
+    if images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(f"{reward}: expected images of shape (B, 3, H, W), got {tuple(images.shape)}")
+    h, w = images.shape[-2:]
+    refs, idx = [], []
+    for i, row in enumerate(metadata):
+        value = (row or {}).get(key)
+        if value is None:
+            continue
+        try:
+            ref = _ground_truth(value, root)
+        except (TypeError, ValueError, OSError) as exc:
+            raise ValueError(f"{reward}: sample {i}, metadata[{key!r}]: {exc}") from exc
+        if ref.shape[-2:] != (h, w):
+            ref = F.interpolate(ref[None], size=(h, w), mode="bicubic", align_corners=False, antialias=True)[0]
+        refs.append(ref.clamp(0.0, 1.0))
+        idx.append(i)
+    if not idx:
+        return images[:0], images[:0], idx
+    sel = torch.as_tensor(idx, dtype=torch.long, device=images.device)
+    gen = images[sel].float().clamp(0.0, 1.0)
+    return gen, torch.stack(refs).to(gen.device), idx
+
+
+def _similarity_reward(metric, reward: str, key: str, root: Optional[str]):
+    def fn(images: Any, prompts: List[str], metadata: List[dict]):
+        scores = np.full(len(metadata), np.nan, dtype=np.float32)
+        gen, ref, idx = _paired(images, metadata, key, root, reward)
+        if idx:
+            with torch.no_grad():
+                scores[idx] = metric(gen, ref).cpu().numpy()
+        return scores, {"missing": len(metadata) - len(idx)}
+
+    return fn
+
+
+@register("psnr")
+def psnr_reward(key: str = "ground_truth", root: Optional[str] = None, max_db: float = PSNR_CAP_DB):
+    """Reward = PSNR (dB, peak 1, capped at ``max_db``) of each image against ``metadata[i][key]``."""
+    return _similarity_reward(functools.partial(psnr, max_db=float(max_db)), "psnr", key, root)
+
+
+@register("ssim")
+def ssim_reward(key: str = "ground_truth", root: Optional[str] = None):
+    """Reward = SSIM (Wang et al. 2004, per-channel mean) of each image against ``metadata[i][key]``."""
+    return _similarity_reward(ssim, "ssim", key, root)
+
+
+__all__ = ["PSNR_CAP_DB", "psnr", "psnr_reward", "ssim", "ssim_reward"]
