@@ -63,8 +63,7 @@ def compressibility():
 
     config.reward.fns = {"jpeg_compressibility": 1.0}
     config.reward.kwargs = {}
-    # ddpo-pytorch prompts with ImageNet animal names; that list arrives with the rewards issue.
-    config.prompts.source = "simple"
+    config.prompts.source = "animals"  # 45 common animals, as ddpo-pytorch's simple animal prompts
     return config
 
 
@@ -87,11 +86,11 @@ def aesthetic():
     set_optimizer_batch(config, 128)
     config.train.adv_buffer_size = 32
     config.train.adv_min_count = 16
-    # The "aesthetic" reward (LAION aesthetic predictor on CLIP features) arrives with a later
-    # rewards issue; until then this config validates but building its reward fails.
+    # LAION aesthetic predictor on CLIP ViT-L/14 features. Its MLP head is a separate download
+    # (sac+logos+ava1-l14-linearMSE.pth, see README "Rewards"):
+    #   --config.reward.kwargs="{'aesthetic': {'head_path': '/path/to/sac+logos+ava1-l14-linearMSE.pth'}}"
     config.reward.fns = {"aesthetic": 1.0}
-    # ddpo-pytorch uses a short list of common animals here; it arrives with the rewards issue.
-    config.prompts.source = "simple"
+    config.prompts.source = "animals"
     return config
 
 

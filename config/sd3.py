@@ -132,7 +132,7 @@ def pickscore():
 
     1152 images / (P × 9 per batch) = 128/P batches per process; 48 prompts × 24; 2 optimizer steps per epoch.
     """
-    config = _flow_grpo("pickscore")  # reward "pickscore" arrives with the rewards issue
+    config = _flow_grpo("pickscore")
     config.train.beta = 0.01  # Flow-GRPO's pickscore_sd3 uses β = 0.01 (0.04 is for GenEval / OCR)
     # Flow-GRPO trains PickScore on its "pickscore" prompt set; until that ships, the built-in list.
     config.prompts.source = "simple"
@@ -144,7 +144,7 @@ def geneval():
 
     1152 images / (P × 9 per batch) = 128/P batches per process; 48 prompts × 24; 2 optimizer steps per epoch.
     """
-    config = _flow_grpo("geneval")  # reward "geneval" (and its prompt rows) arrive with the rewards issue
+    config = _flow_grpo("geneval")  # no "geneval" reward is registered yet (it needs an object detector)
     config.prompts.source = "simple"  # replace with the GenEval metadata .jsonl (rows carry the tags)
     return config
 
@@ -154,7 +154,7 @@ def ocr():
 
     1152 images / (P × 9 per batch) = 128/P batches per process; 48 prompts × 24; 2 optimizer steps per epoch.
     """
-    config = _flow_grpo("ocr")  # reward "ocr" arrives with the rewards issue
+    config = _flow_grpo("ocr")  # no "ocr" reward is registered yet (it needs an OCR model)
     config.prompts.source = "simple"  # replace with an OCR prompt file (text to render in quotes)
     return config
 
