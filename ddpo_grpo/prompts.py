@@ -10,6 +10,9 @@ Built-in sources (:data:`BUILTIN_PROMPTS`):
 * ``"simple"``: a short list of object prompts (the default for smoke tests);
 * ``"animals"``: 45 common animals ("cat", "dog", ...), DDPO's simple animal prompts, shipped as
   the package data file ``ddpo_grpo/data/animals.txt`` and read on first use.
+
+Built-in row sets (:data:`BUILTIN_ROWS`, package data .jsonl with metadata): ``"shapes_train"`` and
+``"shapes_test"``, the ShapesWorld split (see ``ddpo_grpo/shapes/prompts.py``).
 """
 from __future__ import annotations
 
@@ -92,6 +95,13 @@ BUILTIN_PROMPTS: Dict[str, Sequence[str]] = {
 }
 
 
+#: built-in name -> package data .jsonl of rows with metadata (ShapesWorld: task, objects, relation)
+BUILTIN_ROWS: Dict[str, str] = {
+    "shapes_train": "data/shapes_train.jsonl",
+    "shapes_test": "data/shapes_test.jsonl",
+}
+
+
 def _check_row(row: object, where: str) -> dict:
     """Validate one JSON row; ``where`` is e.g. ``"file.jsonl line 3"``."""
     if not isinstance(row, dict):
@@ -155,13 +165,17 @@ def load_prompts(source: str) -> List[dict]:
     """
     if source in BUILTIN_PROMPTS:
         rows = [{"prompt": p} for p in BUILTIN_PROMPTS[source]]
+    elif source in BUILTIN_ROWS:
+        with resources.as_file(resources.files("ddpo_grpo").joinpath(BUILTIN_ROWS[source])) as path:
+            rows = _load_jsonl(str(path))
     else:
         path = os.path.expanduser(str(source))
         ext = os.path.splitext(path)[1].lower()
         if not os.path.isfile(path) or ext not in FILE_LOADERS:
             reason = "unsupported file extension" if os.path.isfile(path) else "no such built-in or file"
             raise ValueError(
-                f"prompt source {source!r}: {reason}; use a built-in ({', '.join(sorted(BUILTIN_PROMPTS))}) "
+                f"prompt source {source!r}: {reason}; use a built-in "
+                f"({', '.join(sorted([*BUILTIN_PROMPTS, *BUILTIN_ROWS]))}) "
                 f"or a path to a {' / '.join(FILE_LOADERS)} file"
             )
         rows = FILE_LOADERS[ext](path)

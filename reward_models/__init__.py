@@ -13,7 +13,7 @@ from .registry import (
     to_pil,
     to_uint8,
 )
-from . import aesthetic, clip_score, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
+from . import aesthetic, clip_score, compression, hps, per_sample, pickscore, remote, shapes, similarity  # noqa: F401,E402
 # (importing only registers factories: model weights load when a reward is built)
 
 __all__ = ["REGISTRY", "MultiReward", "build_reward", "load_reward", "register", "to_pil", "to_uint8"]

@@ -157,3 +157,10 @@ def test_jsonl_fields_reach_rollout_metadata(tmp_path):
     by_prompt = dict(zip(rollout.prompts, rollout.metadata))
     assert by_prompt == {r["prompt"]: {k: v for k, v in r.items() if k != "prompt"} for r in rows_in}
     assert rollout.images.shape == (2, 3, 4, 4)
+
+
+def test_builtin_shapes_splits_carry_metadata():
+    train, test = load_prompts("shapes_train"), load_prompts("shapes_test")
+    assert len(train) == 708 and len(test) == 402
+    assert {"prompt", "task", "objects"} <= set(train[0])
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in test}
