@@ -201,6 +201,11 @@ class Trainer:
             fraction=t.timestep_fraction, selection=t.timestep_selection,
         )
         self.noise_level = s.noise_level if self.policy.noise_field == "sample.noise_level" else s.eta
+        if self.noise_level <= 0:
+            raise ValueError(
+                f"{self.policy.noise_field}={self.noise_level}: with no noise every sampling step is deterministic "
+                f"and there is no transition to train; set {self.policy.noise_field} > 0 for this {type(self.policy).__name__}"
+            )
         self._reward_pool = None
         if cfg.reward.num_workers > 0:
             from concurrent.futures import ThreadPoolExecutor

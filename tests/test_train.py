@@ -226,3 +226,8 @@ def test_async_reward_scoring_gives_the_same_scores(tmp_path, tiny_dirs):
         scores[workers] = per_reward["jpeg_compressibility"]
     assert len(scores[0]) == 8
     np.testing.assert_array_equal(scores[0], scores[2])
+
+
+def test_zero_noise_is_refused_with_the_field_name(tmp_path, tiny_dirs):
+    with pytest.raises(ValueError, match="sample.eta"):
+        _run(_config(tmp_path, tiny_dirs["sd"], **{"sample.eta": 0.0}))
