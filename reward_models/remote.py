@@ -126,6 +126,14 @@ class RemoteReward:
 
     See the module docstring for the protocol and the retry semantics; build it with
     ``load_reward("remote", url=...)``.
+
+    Args:
+        url: the server's base URL, e.g. ``"http://127.0.0.1:8765"`` (a trailing ``/score`` is accepted).
+        token: bearer token; defaults to the ``DDPO_REWARD_TOKEN`` environment variable (none if unset).
+        timeout: seconds allowed per HTTP attempt (connect + the server's scoring time + transfer).
+        retries: retries after the first attempt on connection errors, timeouts and 5xx answers.
+        backoff: seconds before the first retry; doubles on each further retry.
+        max_batch: most images per request; a larger batch is sent as several sequential requests.
     """
 
     def __init__(
@@ -248,23 +256,5 @@ class RemoteReward:
         )
 
 
-@register("remote")
-def remote(
-    url: str,
-    token: Optional[str] = None,
-    timeout: float = 30.0,
-    retries: int = 3,
-    backoff: float = 0.5,
-    max_batch: int = 32,
-) -> RemoteReward:
-    """Reward scored by a server started with ``python scripts/serve_reward.py --reward NAME``.
-
-    Args:
-      url: the server's base URL, e.g. ``"http://127.0.0.1:8765"`` (a trailing ``/score`` is accepted).
-      token: bearer token; defaults to the ``DDPO_REWARD_TOKEN`` environment variable (none if unset).
-      timeout: seconds allowed per HTTP attempt (connect + the server's scoring time + transfer).
-      retries: retries after the first attempt on connection errors, timeouts and 5xx answers.
-      backoff: seconds before the first retry; doubles on each further retry.
-      max_batch: most images per request; a larger batch is sent as several sequential requests.
-    """
-    return RemoteReward(url, token=token, timeout=timeout, retries=retries, backoff=backoff, max_batch=max_batch)
+#: the registry's factory: RemoteReward(url, token=..., ...) is itself the reward fn
+register("remote")(RemoteReward)

@@ -113,7 +113,7 @@ JPEG = load_reward("jpeg_compressibility")
 
 
 def test_registered_and_validated():
-    assert REGISTRY["remote"] is remote_mod.remote
+    assert REGISTRY["remote"] is remote_mod.RemoteReward
     fn = load_reward("remote", url="http://127.0.0.1:1/score/", token="t")
     assert fn.score_url == "http://127.0.0.1:1/score" and "***" in repr(fn) and "t'" not in repr(fn)
     with pytest.raises(ValueError, match="http://HOST:PORT"):
