@@ -118,6 +118,14 @@ def get_config():
     config.prompts = prompts = ml_collections.ConfigDict()
     prompts.source = "simple"  # built-in name, a .txt file (one prompt a line) or a .json/.jsonl file of rows
 
+    # ---- evaluation (ShapesWorld judge; ddpo_grpo/evaluation.py, scripts/evaluate.py) ------------
+    config.eval = evaluation = ml_collections.ConfigDict()
+    evaluation.freq = 0  # evaluate every N epochs (and after the last one), logging eval/* keys; 0 = never
+    evaluation.prompts = "shapes_test"  # prompt source whose rows the ShapesWorld judge can score
+    evaluation.limit = 0  # evaluate only the first N prompts (0 = all)
+    evaluation.images_per_prompt = 1  # deterministic samples (ODE / DDIM η=0, sample.eval_num_steps) per prompt
+    evaluation.seed = 0  # initial-noise seed of the evaluation images (fixed across epochs)
+
     # ---- logging ------------------------------------------------------------------------------
     config.logging = logging = ml_collections.ConfigDict()
     logging.tracker = "wandb"  # "wandb" (offline unless logged in) | "tensorboard" | "none"; metrics.jsonl always

@@ -41,14 +41,10 @@ from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, load_pipeline
 from ddpo_grpo.prompts import PromptSampler, load_prompts
 from ddpo_grpo.reference import Reference
 from ddpo_grpo.rollout import Rollout, StepPlan, sample_rollout, transition_inputs
+from ddpo_grpo.seeding import derive_seed
 from ddpo_grpo.weights import EMA, trainable_parameters
 
 WEIGHT_DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def derive_seed(*parts: int) -> int:
-    """A well-mixed 63-bit seed from integers (numpy SeedSequence), for independent random streams."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, dtype=np.uint64)[0] >> 1)
 
 
 class _Stats:
@@ -423,15 +419,19 @@ class Trainer:
             timing["train"] = time.perf_counter() - start
             if self.reference is not None:
                 self.reference.after_epoch(epoch)
+            last = epoch == cfg.num_epochs - 1
+            if cfg.eval.freq and (epoch % cfg.eval.freq == 0 or last):
+                start = time.perf_counter()
+                metrics.update(self.evaluate())
+                timing["eval"] = time.perf_counter() - start
             metrics.update({f"perf/{k}_s": v for k, v in timing.items()})
             metrics["perf/epoch_s"] = time.perf_counter() - epoch_start
             metrics["progress/images_seen"] = (epoch + 1) * self.totals["images_per_epoch"]
             self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
             if self.main:
                 print(_summary(epoch, metrics), flush=True)
-            if cfg.logging.image_freq and (epoch % cfg.logging.image_freq == 0 or epoch == cfg.num_epochs - 1):
+            if cfg.logging.image_freq and (epoch % cfg.logging.image_freq == 0 or last):
                 self.log_images(epoch)
-            last = epoch == cfg.num_epochs - 1
             if cfg.save_freq and ((epoch + 1) % cfg.save_freq == 0 or last):
                 self.save_checkpoint(epoch)
         final = self.export_final()
@@ -458,6 +458,27 @@ class Trainer:
                 autocast=self.autocast,
             )
         self.logger.log_images(rollout.images, rollout.prompts, epoch=epoch, global_step=self.global_step)
+
+    def evaluate(self) -> dict:
+        """ShapesWorld judge scores of deterministic samples of the eval prompts (eval/* keys).
+
+        Computed by the main process (with the EMA weights when train.ema); the others wait.
+        """
+        from ddpo_grpo.evaluation import evaluate
+
+        cfg, s = self.config, self.config.sample
+        metrics = {}
+        if self.main:
+            rows = load_prompts(cfg.eval.prompts)
+            rows = rows[: cfg.eval.limit] if cfg.eval.limit else rows
+            with self._weights_for_eval():
+                metrics, _, _ = evaluate(
+                    self.policy, rows, num_steps=s.eval_num_steps, guidance_scale=s.guidance_scale,
+                    images_per_prompt=cfg.eval.images_per_prompt, seed=cfg.eval.seed,
+                    batch_size=s.batch_size, negative_prompt=s.negative_prompt, autocast=self.autocast, max_images=0,
+                )
+        self.acc.wait_for_everyone()
+        return metrics
 
     def save_checkpoint(self, epoch: int) -> None:
         self.acc.wait_for_everyone()

@@ -36,6 +36,9 @@ from pathlib import Path
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from ddpo_grpo.evaluation import image_seed  # noqa: E402  (shared with scripts/evaluate.py)
+from ddpo_grpo.seeding import derive_seed  # noqa: E402
+
 
 class UsageError(Exception):
     """A problem with the command-line arguments, reported through argparse (exit status 2)."""
@@ -63,18 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--images_per_prompt", type=int, default=1, help="images per prompt")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     return p
-
-
-def derive_seed(*parts: int) -> int:
-    """A well-mixed 63-bit seed from integers (numpy SeedSequence)."""
-    import numpy as np
-
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, dtype=np.uint64)[0] >> 1)
-
-
-def image_seed(seed: int, prompt_index: int, k: int) -> int:
-    """Initial-noise seed of image k of prompt `prompt_index`: independent of batching."""
-    return derive_seed(seed, 0, prompt_index, k)
 
 
 def _check_args(args) -> None:

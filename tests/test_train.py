@@ -66,7 +66,7 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
         sys.executable, str(REPO / "scripts" / "train.py"), f"--config.pretrained.model={tiny_dirs[kind]}",
         f"--config.logdir={logdir}", "--config.run_name=e2e", "--config.num_epochs=2",
         "--config.sample.num_steps=4", "--config.logging.image_freq=1", "--config.logging.progress=False",
-        "--config.train.num_inner_epochs=2",
+        "--config.train.num_inner_epochs=2", "--config.eval.freq=1", "--config.eval.limit=4",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
@@ -80,6 +80,7 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
         assert row["train/inner_epochs_run"] == 2
         assert row["train/kl"] is None  # beta = 0: no reference forward, nothing to report
         assert abs(row["adv/mean"]) < 1e-5
+        assert 0.0 <= row["eval/strict"] <= row["eval/partial"] <= 1.0 and row["eval/num_images"] == 4
     assert rows[1]["global_step"] == 2 * 4 * 2  # 2 epochs × 4 minibatches × 2 inner epochs
     assert (run / "samples" / "epoch_00000.png").is_file()
     assert (run / "checkpoints").is_dir()

@@ -1,0 +1,225 @@
+"""ddpo_grpo/evaluation.py and scripts/evaluate.py: deterministic ShapesWorld evaluation.
+
+The scoring path is checked on clean ShapesWorld renders (strict 1 on every task) and on renders of
+the wrong prompts (lower); the sampling path with a stand-in sampler (seeds, noise level, batching,
+order); the script end to end on the tiny random pipelines (a random model scores ~0: only the
+mechanics are checked there).
+"""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from ddpo_grpo import rollout as rollout_lib
+from ddpo_grpo.evaluation import evaluate, image_seed, save_grid, score_images
+from ddpo_grpo.prompts import load_prompts
+from ddpo_grpo.shapes.world import TASKS, render_prompt
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "evaluate.py"
+FAST = ["--resolution", "32", "--num_steps", "3", "--max_sequence_length", "8", "--device", "cpu"]
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("evaluate_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+evaluate_script = _load_script()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box their spinning costs seconds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _rows_per_task(n: int) -> list[dict]:
+    """The first `n` shapes_test rows of each task, task by task."""
+    rows = load_prompts("shapes_test")
+    return [r for task in TASKS for r in [x for x in rows if x["task"] == task][:n]]
+
+
+def _as_tensor(images: list[np.ndarray]) -> torch.Tensor:
+    """uint8 [H, W, 3] arrays -> float [N, 3, H, W] in [0, 1], as the sampler returns images."""
+    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255.0
+
+
+@pytest.fixture(scope="module")
+def mixed_prompts(tmp_path_factory):
+    """A .jsonl of 8 shapes_test rows, 2 per task (metadata included)."""
+    path = tmp_path_factory.mktemp("prompts") / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows_per_task(2)))
+    return path
+
+
+# ------------------------------------------------------------------ scoring (no model)
+
+
+def test_clean_renders_score_one_and_wrong_renders_lower():
+    rows = _rows_per_task(3)
+    renders = [render_prompt(r, seed=i) for i, r in enumerate(rows)]  # uint8 [64, 64, 3] each
+    metrics = score_images(_as_tensor(renders), rows)
+    assert metrics["eval/strict"] == metrics["eval/partial"] == 1.0
+    for task in TASKS:
+        assert metrics[f"eval/strict/{task}"] == metrics[f"eval/partial/{task}"] == 1.0
+        assert metrics[f"eval/num_images/{task}"] == 3
+    assert metrics["eval/num_images"] == 12 and metrics["eval/not_applicable"] == 0
+
+    assert score_images(renders, rows) == metrics  # uint8 HWC arrays are accepted as they are
+    big = [np.repeat(np.repeat(im, 2, axis=0), 2, axis=1) for im in renders]  # a 128-px generator's output
+    assert score_images(_as_tensor(big), rows)["eval/strict"] == 1.0  # the judge shrinks to 64 px
+
+    wrong = score_images(renders[1:] + renders[:1], rows)  # each image judged against the next row's prompt
+    assert wrong["eval/strict"] < 0.5 and wrong["eval/partial"] < 1.0
+    for task in TASKS:
+        assert wrong[f"eval/strict/{task}"] < 1.0
+        assert 0.0 <= wrong[f"eval/partial/{task}"] < 1.0
+
+
+def test_prompts_outside_the_grammar_are_not_applicable():
+    white = np.full((64, 64, 3), 255, dtype=np.uint8)
+    rows = [
+        {"prompt": "a cat"},
+        {"prompt": "a red circle"},  # no metadata: the prompt is parsed
+        "a blue square",  # a bare prompt string
+        {"prompt": "a red circle", "task": "bogus", "objects": []},  # broken metadata
+    ]
+    images = [white, render_prompt("a red circle", seed=0), render_prompt("a blue square", seed=1), white]
+    m = score_images(images, rows)
+    assert m["eval/num_images"] == 4 and m["eval/not_applicable"] == 2
+    assert m["eval/strict"] == m["eval/strict/single_object"] == 1.0
+    assert m["eval/num_images/single_object"] == 2
+    assert not any(k.startswith("eval/strict/") and k != "eval/strict/single_object" for k in m)
+
+    none = score_images([white], [{"prompt": "a cat"}])
+    assert math.isnan(none["eval/strict"]) and math.isnan(none["eval/partial"])
+    assert none["eval/not_applicable"] == 1 and none["eval/num_images"] == 1
+
+    with pytest.raises(ValueError, match="2 images for 1 rows"):
+        score_images([white, white], [{"prompt": "a red circle"}])
+
+
+# ------------------------------------------------------------------ sampling loop (stand-in sampler)
+
+
+def test_evaluate_seeds_batches_and_scores(monkeypatch):
+    calls = []
+
+    def fake_sample_rollout(policy, model, rows, *, seeds, num_steps, guidance_scale, noise_level, negative_prompt,
+                            autocast, **kwargs):
+        calls.append(SimpleNamespace(model=model, seeds=list(seeds), num_steps=num_steps, guidance_scale=guidance_scale,
+                                     noise_level=noise_level, negative_prompt=negative_prompt, kwargs=kwargs))
+        # the "model" draws a perfect scene for its prompt, from its initial-noise seed
+        return SimpleNamespace(images=_as_tensor([render_prompt(r, seed=s) for r, s in zip(rows, seeds)]))
+
+    monkeypatch.setattr(rollout_lib, "sample_rollout", fake_sample_rollout)
+    denoiser = torch.nn.Linear(1, 1).train()
+    policy = SimpleNamespace(denoiser=denoiser)
+    rows = _rows_per_task(2)  # 8 prompts
+
+    metrics, images, captions = evaluate(
+        policy, rows, num_steps=5, guidance_scale=3.0, images_per_prompt=2, seed=7, batch_size=3,
+        negative_prompt="blurry", max_images=5,
+    )
+    assert [len(c.seeds) for c in calls] == [3, 3, 3, 3, 3, 1]
+    assert [s for c in calls for s in c.seeds] == [image_seed(7, i, k) for i in range(8) for k in range(2)]
+    assert all(c.noise_level == 0.0 and c.num_steps == 5 and c.guidance_scale == 3.0 for c in calls)
+    assert all(c.negative_prompt == "blurry" and c.model is denoiser for c in calls)
+    assert denoiser.training  # put in eval mode while sampling, restored afterwards
+
+    assert metrics["eval/strict"] == 1.0 and metrics["eval/num_images"] == 16
+    assert all(metrics[f"eval/num_images/{t}"] == 4 for t in TASKS)
+    assert images.shape == (5, 3, 64, 64)  # only the first max_images are kept; all are scored
+    assert captions == [rows[i]["prompt"] for i in (0, 0, 1, 1, 2)]
+    expected = render_prompt(rows[1], seed=image_seed(7, 1, 1))
+    np.testing.assert_array_equal((images[3] * 255).round().byte().permute(1, 2, 0).numpy(), expected)
+
+    calls.clear()
+    other = torch.nn.Linear(1, 1)
+    metrics_other, images_all, _ = evaluate(policy, rows[:2], num_steps=2, guidance_scale=1.0, seed=7, model=other)
+    assert all(c.model is other for c in calls) and images_all.shape[0] == 2
+    assert [s for c in calls for s in c.seeds] == [image_seed(7, 0, 0), image_seed(7, 1, 0)]  # batch-independent seeds
+
+
+def test_seed_function_is_shared_with_sample_script():
+    assert evaluate_script._sample.image_seed is image_seed
+
+
+def test_save_grid(tmp_path):
+    images = torch.rand(5, 3, 8, 8)
+    path = tmp_path / "sub" / "grid.png"
+    save_grid(images, [f"p{i}" for i in range(5)], path, nrow=2)
+    with Image.open(path) as im:
+        assert im.size == (2 * 10 + 2, 3 * 10 + 2) and im.mode == "RGB"  # 2 per row, 3 rows, 2-px padding
+        assert json.loads(im.text["captions"]) == [f"p{i}" for i in range(5)]
+    assert [p.name for p in path.parent.iterdir()] == ["grid.png"]  # no temporary file left
+    with pytest.raises(ValueError, match="captions"):
+        save_grid(images, ["only one"], path)
+
+
+# ------------------------------------------------------------------ the script on tiny random pipelines
+
+
+def test_script_writes_eval_json_and_grid_deterministically(tiny_dirs, mixed_prompts, tmp_path, capsys):
+    def run(out):
+        argv = ["--model", tiny_dirs["sd3"], "--prompts", str(mixed_prompts), "--limit", "8", "--out", str(out),
+                "--batch_size", "3", *FAST]
+        assert evaluate_script.main(argv) == 0
+        return json.loads((out / "eval.json").read_text())
+
+    first = run(tmp_path / "a")
+    metrics = first["metrics"]
+    for task in TASKS:
+        for key in ("strict", "partial"):
+            assert 0.0 <= metrics[f"eval/{key}/{task}"] <= 1.0
+        assert metrics[f"eval/num_images/{task}"] == 2
+    assert 0.0 <= metrics["eval/strict"] <= metrics["eval/partial"] <= 1.0
+    assert metrics["eval/num_images"] == 8 and metrics["eval/not_applicable"] == 0
+    assert first["model"] == str(Path(tiny_dirs["sd3"]).resolve()) and first["num_prompts"] == 8
+    assert first["args"]["limit"] == 8 and first["args"]["num_steps"] == 3 and first["resolution"] == 32
+
+    with Image.open(tmp_path / "a" / "grid.png") as im:
+        assert im.size == (8 * 34 + 2, 34 + 2)  # 8 tiles of 32 px in one row, 2-px padding
+        assert json.loads(im.text["captions"]) == [r["prompt"] for r in _rows_per_task(2)]
+    table = capsys.readouterr().out
+    assert "task" in table and "strict" in table and all(task in table for task in TASKS)
+
+    assert run(tmp_path / "b")["metrics"] == metrics  # deterministic
+    assert (tmp_path / "a" / "grid.png").read_bytes() == (tmp_path / "b" / "grid.png").read_bytes()
+
+
+def test_script_default_prompts_limit_and_sd(tiny_dirs, tmp_path):
+    out = tmp_path / "sd"
+    assert evaluate_script.main(["--model", tiny_dirs["sd"], "--limit", "4", "--out", str(out), *FAST]) == 0
+    data = json.loads((out / "eval.json").read_text())
+    assert data["args"]["prompts"] == "shapes_test" and data["num_prompts"] == 4
+    assert data["pipeline_class"] == "StableDiffusionPipeline"
+    # shapes_test starts with its 3 single-object prompts, then counting
+    assert data["metrics"]["eval/num_images/single_object"] == 3 and data["metrics"]["eval/num_images/counting"] == 1
+    assert (out / "grid.png").is_file()
+
+
+def test_default_out_and_clear_errors(tiny_dirs, tmp_path, capsys):
+    assert evaluate_script.default_out(str(tmp_path)) == tmp_path / "eval"
+    assert evaluate_script.default_out("org/some-model") == Path("eval")
+
+    with pytest.raises(SystemExit) as exc:
+        evaluate_script.main(["--model", tiny_dirs["sd"], "--limit", "0", "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2 and "--limit" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        evaluate_script.main(["--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2 and "--model" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
