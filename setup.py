@@ -23,6 +23,7 @@ setup(
         "pillow",
         "numpy",
         "tqdm",
+        "matplotlib",
     ],
     extras_require={"test": ["pytest"]},
 )

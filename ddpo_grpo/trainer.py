@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ddpo_grpo import checkpoint as ckpt
+from ddpo_grpo import report
 from ddpo_grpo.advantages import RewardAdvantages
 from ddpo_grpo.config_checks import validate
 from ddpo_grpo.logging_utils import MetricsLogger
@@ -410,6 +411,9 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
         cfg = self.config
+        if self.start_epoch == 0:
+            self.record_before()
+        metrics = {}
         for epoch in range(self.start_epoch, cfg.num_epochs):
             epoch_start = time.perf_counter()
             rollout, per_reward, timing = self.sample_phase(epoch)
@@ -435,6 +439,7 @@ class Trainer:
             if cfg.save_freq and ((epoch + 1) % cfg.save_freq == 0 or last):
                 self.save_checkpoint(epoch)
         final = self.export_final()
+        self.finish_report(metrics)
         self.logger.close()
         if self._reward_pool is not None:
             self._reward_pool.shutdown()
@@ -444,41 +449,69 @@ class Trainer:
     def _weights_for_eval(self):
         return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
 
-    def log_images(self, epoch: int) -> None:
-        """Deterministic samples (noise_level 0, eval_num_steps) of fixed prompts and seeds."""
-        if not self.main:
-            return
+    def sample_fixed(self, rows, *, images_per_prompt: int = 1, max_images=None):
+        """Deterministic samples (ODE / DDIM η=0, sample.eval_num_steps) of `rows` from fixed seeds
+        (eval.seed), with the EMA weights when train.ema: (judge metrics, images, captions)."""
+        from ddpo_grpo.evaluation import evaluate
+
         cfg, s = self.config, self.config.sample
-        rows = [self.rows[i % len(self.rows)] for i in range(cfg.logging.num_images)]
-        self.policy.denoiser.eval()
         with self._weights_for_eval():
-            rollout = sample_rollout(
-                self.policy, self.policy.denoiser, rows, seeds=list(range(len(rows))), num_steps=s.eval_num_steps,
-                guidance_scale=s.guidance_scale, noise_level=0.0, negative_prompt=s.negative_prompt,
-                autocast=self.autocast,
+            return evaluate(
+                self.policy, rows, num_steps=s.eval_num_steps, guidance_scale=s.guidance_scale,
+                images_per_prompt=images_per_prompt, seed=cfg.eval.seed, batch_size=s.batch_size,
+                negative_prompt=s.negative_prompt, autocast=self.autocast, max_images=max_images,
             )
-        self.logger.log_images(rollout.images, rollout.prompts, epoch=epoch, global_step=self.global_step)
+
+    def report_rows(self) -> list[dict]:
+        """The fixed prompts of image grids and of the before/after picture (eval prompts if evaluating)."""
+        cfg = self.config
+        rows = load_prompts(cfg.eval.prompts) if cfg.eval.freq else self.rows
+        return [rows[i % len(rows)] for i in range(cfg.logging.num_images)]
+
+    def log_images(self, epoch: int) -> None:
+        if self.main:
+            _, images, captions = self.sample_fixed(self.report_rows())
+            self.logger.log_images(images, captions, epoch=epoch, global_step=self.global_step)
 
     def evaluate(self) -> dict:
         """ShapesWorld judge scores of deterministic samples of the eval prompts (eval/* keys).
 
-        Computed by the main process (with the EMA weights when train.ema); the others wait.
+        Computed by the main process; the others wait.
         """
-        from ddpo_grpo.evaluation import evaluate
-
-        cfg, s = self.config, self.config.sample
+        cfg = self.config
         metrics = {}
         if self.main:
             rows = load_prompts(cfg.eval.prompts)
             rows = rows[: cfg.eval.limit] if cfg.eval.limit else rows
-            with self._weights_for_eval():
-                metrics, _, _ = evaluate(
-                    self.policy, rows, num_steps=s.eval_num_steps, guidance_scale=s.guidance_scale,
-                    images_per_prompt=cfg.eval.images_per_prompt, seed=cfg.eval.seed,
-                    batch_size=s.batch_size, negative_prompt=s.negative_prompt, autocast=self.autocast, max_images=0,
-                )
+            metrics, _, _ = self.sample_fixed(rows, images_per_prompt=cfg.eval.images_per_prompt, max_images=0)
         self.acc.wait_for_everyone()
         return metrics
+
+    def record_before(self) -> None:
+        """Before the first update: fixed-prompt samples and (with eval.freq) the eval metrics."""
+        metrics = self.evaluate() if self.config.eval.freq else {}
+        if self.main:
+            _, images, captions = self.sample_fixed(self.report_rows())
+            report.save_before(self.run_dir, images, captions, metrics)
+        self.acc.wait_for_everyone()
+
+    def finish_report(self, last_metrics: dict) -> None:
+        """before_after.png, metrics.png and the per-task before/after table (main process)."""
+        if not self.main:
+            return
+        before = report.load_before(self.run_dir)
+        if before is not None:
+            images, captions, before_metrics = before
+            _, after, _ = self.sample_fixed(self.report_rows())
+            print(f"before/after samples: {report.save_before_after(self.run_dir, images, after, captions)}")
+        else:
+            before_metrics = None
+        plot = report.plot_metrics(self.run_dir, before_metrics)
+        if plot is not None:
+            print(f"reward and accuracy plot: {plot}")
+        if "eval/strict" in last_metrics:
+            print("held-out accuracy (ShapesWorld judge), before → after training:")
+            print(report.eval_table(before_metrics, last_metrics), flush=True)
 
     def save_checkpoint(self, epoch: int) -> None:
         self.acc.wait_for_everyone()

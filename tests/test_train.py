@@ -83,6 +83,11 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
         assert 0.0 <= row["eval/strict"] <= row["eval/partial"] <= 1.0 and row["eval/num_images"] == 4
     assert rows[1]["global_step"] == 2 * 4 * 2  # 2 epochs × 4 minibatches × 2 inner epochs
     assert (run / "samples" / "epoch_00000.png").is_file()
+    for name in ("before_after.png", "metrics.png", "before.json"):
+        assert (run / "report" / name).is_file(), name
+    before = json.loads((run / "report" / "before.json").read_text())["metrics"]
+    assert before["eval/num_images"] == 4  # evaluated before the first update too
+    assert "held-out accuracy" in proc.stdout and "\nall " in proc.stdout  # the before/after table
     assert (run / "checkpoints").is_dir()
 
     final = run / "final"
