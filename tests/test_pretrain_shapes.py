@@ -1,0 +1,93 @@
+"""ShapesWorld pretraining (ddpo_grpo/shapes/pretrain.py, scripts/pretrain_shapes.py) at toy sizes."""
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint
+from ddpo_grpo.shapes import pretrain as P
+from ddpo_grpo.shapes.prompts import all_prompts
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("pretrain_shapes", REPO / "scripts" / "pretrain_shapes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_word_tokenizer_one_token_per_word():
+    tok = P.build_word_tokenizer(16)
+    for prompt in all_prompts():
+        ids = tok(prompt).input_ids
+        assert len(ids) == len(prompt.split()) + 2, prompt
+    words = P.grammar_words()
+    assert len({tok(w).input_ids[1] for w in words}) == len(words)
+    assert len(tok("an unknown word!").input_ids) > 4  # other text still tokenizes (by characters)
+
+
+def test_null_token_bias_equals_zero_tokens():
+    """One zero token + log N attention bias == N zero "T5" tokens, as the pipeline feeds them."""
+    cfg = P.tiny_config(tf_layers=2)
+    models = P.build_models(cfg)
+    tf = models["transformer"].eval()
+    torch.manual_seed(0)
+    z = torch.randn(2, 4, cfg.latent_side, cfg.latent_side)
+    embeds = torch.randn(2, cfg.max_length, 2 * cfg.text_hidden)
+    pooled = torch.randn(2, 2 * cfg.text_proj)
+    t = torch.tensor([300.0, 800.0])
+    n = 7
+    with torch.no_grad():
+        full = tf(hidden_states=z, timestep=t, encoder_hidden_states=torch.cat([embeds, torch.zeros(2, n, embeds.shape[-1])], 1),
+                  pooled_projections=pooled, return_dict=False)[0]
+        P.set_null_token_processor(tf)
+        ctx, mask = P.with_null_token(embeds, (cfg.latent_side // 2) ** 2, torch.full((2,), float(n)))
+        short = tf(hidden_states=z, timestep=t, encoder_hidden_states=ctx, pooled_projections=pooled,
+                   joint_attention_kwargs={"attention_mask": mask}, return_dict=False)[0]
+    torch.testing.assert_close(short, full, rtol=1e-4, atol=1e-5)
+
+
+def test_pretrain_checkpoint_resume_and_pipeline(tmp_path):
+    from diffusers import StableDiffusion3Pipeline
+
+    script = _script()
+    out = tmp_path / "run"
+    # 2 VAE steps + 3 flow steps, a checkpoint every 2 global steps (2, 4) and at the end (5)
+    argv = ["--out", str(out), "--tiny", "--vae_steps", "2", "--flow_steps", "3", "--ckpt_every", "2"]
+    script.main(argv)
+    names = [p.name for p in list_checkpoints(out)]
+    assert names[-1] == "epoch_000005" and "epoch_000004" in names
+    ref = load_checkpoint(out / "checkpoints" / "epoch_000005")
+    assert ref["state"]["global_step"] == 5 and ref["state"]["vae_stats"]["scaling_factor"] > 0
+
+    # simulate a crash after step 4: drop the last checkpoint and the final pipeline, then --resume
+    shutil.rmtree(out / "checkpoints" / "epoch_000005")
+    shutil.rmtree(out / "final")
+    with pytest.raises(FileExistsError):
+        script.main(argv)  # refuses to overwrite a run without --resume
+    with pytest.raises(SystemExit):
+        script.main(argv + ["--resume", "--lr", "1.0"])  # a resumed run keeps its config
+    script.main(argv + ["--resume"])
+    again = load_checkpoint(out / "checkpoints" / "epoch_000005")
+    assert again["state"]["global_step"] == 5
+    for stem, sd in ref["tensors"].items():  # bit-exact continuation
+        for k, v in sd.items():
+            assert torch.equal(v, again["tensors"][stem][k]), (stem, k)
+    log = [json.loads(line) for line in (out / P.LOG_FILE).read_text().splitlines()]
+    assert any(r.get("eval") == "final" for r in log) and any("flow_step" in r and "loss" in r for r in log)
+
+    # a larger --flow_steps extends a finished run (evaluation flags may change too)
+    script.main(argv[:-4] + ["--flow_steps", "4", "--final_eval_per_task", "0", "--resume"])
+    assert list_checkpoints(out)[-1].name == "epoch_000006"
+
+    pipe = StableDiffusion3Pipeline.from_pretrained(out / "final", text_encoder_3=None, tokenizer_3=None)
+    assert pipe.vae.config.scaling_factor == pytest.approx(ref["state"]["vae_stats"]["scaling_factor"])
+    img = pipe("a red circle to the left of a blue square", num_inference_steps=2, guidance_scale=4.5,
+               output_type="np", generator=torch.Generator().manual_seed(0)).images
+    assert img.shape == (1, 64, 64, 3) and np.isfinite(img).all()
