@@ -62,18 +62,24 @@ def save_before_after(run_dir, before, after, captions) -> Path:
 
 
 def eval_table(before: dict | None, after: dict) -> str:
-    """Per-task strict / partial accuracy, before → after, as aligned text."""
+    """Per-task strict / partial accuracy as aligned text: `after` alone, or `before` → `after`."""
     tasks = [t for t in TASK_ORDER if f"eval/strict/{t}" in after] + [None]
-    lines = [f"{'task':<14} {'n':>5}  {'strict before':>13} {'after':>7}  {'partial before':>14} {'after':>7}"]
+    kinds = ("strict", "partial")
+    head = ["task".ljust(14), "n".rjust(5)]
+    head += [f"{k} before".rjust(14) + " " + "after".rjust(7) for k in kinds] if before is not None else [k.rjust(7) for k in kinds]
+    lines = ["  ".join(head)]
     for task in tasks:
         suffix = f"/{task}" if task else ""
         n = after.get(f"eval/num_images{suffix}", "")
-        cells = []
-        for kind in ("strict", "partial"):
-            b = (before or {}).get(f"eval/{kind}{suffix}")
-            a = after.get(f"eval/{kind}{suffix}")
-            cells += [_fmt(b), _fmt(a)]
-        lines.append(f"{task or 'all':<14} {n!s:>5}  {cells[0]:>13} {cells[1]:>7}  {cells[2]:>14} {cells[3]:>7}")
+        if task is None and after.get("eval/not_applicable"):
+            n = n - after["eval/not_applicable"]  # images the judge scored
+        cells = [(task or "all").ljust(14), str(n).rjust(5)]
+        for kind in kinds:
+            a = _fmt(after.get(f"eval/{kind}{suffix}")).rjust(7)
+            cells.append(_fmt(before.get(f"eval/{kind}{suffix}")).rjust(14) + " " + a if before is not None else a)
+        lines.append("  ".join(cells))
+    if after.get("eval/not_applicable"):
+        lines.append(f"({after['eval/not_applicable']} images not applicable: prompts outside the ShapesWorld grammar)")
     return "\n".join(lines)
 
 

@@ -31,7 +31,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -41,21 +40,11 @@ from pathlib import Path
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from ddpo_grpo.cli import UsageError, load_model, load_rows, native_resolution  # noqa: E402
+from ddpo_grpo.report import eval_table  # noqa: E402
+
 #: images in grid.png, at most
 GRID_IMAGES = 64
-
-
-def _load_sample_script():
-    """scripts/sample.py (loaded by path: scripts/ is not a package), whose model and prompt loading
-    (pipeline dir / hub id / run output, with its clear errors) this script reuses."""
-    spec = importlib.util.spec_from_file_location("_ddpo_grpo_sample_script", Path(__file__).with_name("sample.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_sample = _load_sample_script()
-UsageError = _sample.UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,28 +85,6 @@ def _check_args(args) -> None:
         raise UsageError(f"--resolution must be a positive number of pixels, got {args.resolution}")
 
 
-def format_table(metrics: dict) -> str:
-    """task | n | strict | partial, one line per task present, then the total (and the skipped count)."""
-    from ddpo_grpo.evaluation import PREFIX
-
-    def cell(value) -> str:
-        return "  n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
-
-    tasks = [k.split("/", 2)[2] for k in metrics if k.startswith(f"{PREFIX}/num_images/")]
-    width = max([len("task"), len("all"), *map(len, tasks)])
-    lines = [f"{'task':<{width}} | {'n':>5} | strict | partial", f"{'-' * width}-|-------|--------|--------"]
-    for task in tasks:
-        n = metrics[f"{PREFIX}/num_images/{task}"]
-        lines.append(f"{task:<{width}} | {n:>5} | {cell(metrics[f'{PREFIX}/strict/{task}']):>6} | "
-                     f"{cell(metrics[f'{PREFIX}/partial/{task}']):>7}")
-    scored = metrics[f"{PREFIX}/num_images"] - metrics[f"{PREFIX}/not_applicable"]
-    lines.append(f"{'all':<{width}} | {scored:>5} | {cell(metrics[f'{PREFIX}/strict']):>6} | "
-                 f"{cell(metrics[f'{PREFIX}/partial']):>7}")
-    if metrics[f"{PREFIX}/not_applicable"]:
-        lines.append(f"({metrics[f'{PREFIX}/not_applicable']} images not applicable: prompts outside the ShapesWorld grammar)")
-    return "\n".join(lines)
-
-
 def _json_safe(value):
     """NaN / inf -> None (strict JSON), recursively."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -143,12 +110,12 @@ def run(args) -> dict:
     from ddpo_grpo.policies import build_policy
 
     _check_args(args)
-    rows = _sample._load_rows(args.prompts)
+    rows = load_rows(args.prompts)
     if args.limit is not None:
         rows = rows[: args.limit]
-    pipeline = _sample._load_pipeline(args.model)
+    pipeline = load_model(args.model)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    resolution = args.resolution or _sample.native_resolution(pipeline)
+    resolution = args.resolution or native_resolution(pipeline)
     try:
         policy = build_policy(pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length)
     except ValueError as exc:
@@ -175,7 +142,7 @@ def run(args) -> dict:
     _write_json(result, out / "eval.json")
     nrow = args.images_per_prompt if 1 < args.images_per_prompt <= 16 else 8
     save_grid(images, captions, out / "grid.png", nrow=nrow)
-    print(format_table(metrics))
+    print(eval_table(None, metrics))
     print(f"wrote {out / 'eval.json'} and {out / 'grid.png'}", flush=True)
     return result
 

@@ -10,7 +10,17 @@ os.environ.setdefault("WANDB_SILENT", "true")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import importlib.util  # noqa: E402
+
 import pytest  # noqa: E402
+
+
+def load_script(name: str):
+    """Import scripts/<name>.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_script", REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +32,14 @@ def tiny_dirs(tmp_path_factory):
     build_tiny_sd3(root / "sd3")
     build_tiny_sd(root / "sd")
     return {"sd3": str(root / "sd3"), "sd": str(root / "sd")}
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box their spinning costs seconds."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

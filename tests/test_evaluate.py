@@ -6,7 +6,6 @@ order); the script end to end on the tiny random pipelines (a random model score
 mechanics are checked there).
 """
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -21,29 +20,16 @@ from ddpo_grpo import rollout as rollout_lib
 from ddpo_grpo.evaluation import evaluate, image_seed, save_grid, score_images
 from ddpo_grpo.prompts import load_prompts
 from ddpo_grpo.shapes.world import TASKS, render_prompt
+from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "evaluate.py"
 FAST = ["--resolution", "32", "--num_steps", "3", "--max_sequence_length", "8", "--device", "cpu"]
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("evaluate_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+evaluate_script = load_script("evaluate")
 
 
-evaluate_script = _load_script()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box their spinning costs seconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _rows_per_task(n: int) -> list[dict]:
@@ -155,7 +141,7 @@ def test_evaluate_seeds_batches_and_scores(monkeypatch):
 
 
 def test_seed_function_is_shared_with_sample_script():
-    assert evaluate_script._sample.image_seed is image_seed
+    assert load_script("sample").image_seed is image_seed
 
 
 def test_save_grid(tmp_path):

@@ -1,6 +1,5 @@
 """scripts/sample.py (DESIGN contract 5): PNGs + index.jsonl from a pipeline dir or a run's output."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,31 +10,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.conftest import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "sample.py"
 PROMPTS = ["a red circle", "a blue square", "a green triangle"]
 FAST = ["--resolution", "32", "--num_steps", "4", "--max_sequence_length", "8", "--device", "cpu"]
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("sample_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sample_script = load_script("sample")
 
 
-sample_script = _load_script()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box their spinning costs seconds."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
