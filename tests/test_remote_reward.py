@@ -40,9 +40,8 @@ serve = _load_script()
 
 
 @contextlib.contextmanager
-def serving(reward_fn, **kwargs):
-    """Run ``make_server(reward_fn, ...)`` on a thread; yields ``(server, base_url)``."""
-    server = serve.make_server(reward_fn, "127.0.0.1", 0, **kwargs)
+def _running(server):
+    """Serve `server` on a thread; yields ``(server, base_url)`` and shuts it down afterwards."""
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
@@ -53,19 +52,16 @@ def serving(reward_fn, **kwargs):
         thread.join(timeout=5)
 
 
-@contextlib.contextmanager
+def serving(reward_fn, **kwargs):
+    """Run ``make_server(reward_fn, ...)`` on a thread; yields ``(server, base_url)``."""
+    return _running(serve.make_server(reward_fn, "127.0.0.1", 0, **kwargs))
+
+
 def serving_handler(handler_cls):
     """A bare ThreadingHTTPServer with a test handler class; yields ``(server, base_url)``."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    return _running(server)
 
 
 def _post_raw(url, body, path="/score", headers=None, method="POST"):
