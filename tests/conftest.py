@@ -5,6 +5,9 @@ import sys
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine spinning threads make
+# them 10-30x slower; this also reaches the train.py / torchrun subprocesses the tests start.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +39,7 @@ def tiny_dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core box their spinning costs seconds."""
+    """One intra-op thread for the module (also when OMP_NUM_THREADS was set otherwise by the caller)."""
     import torch
 
     before = torch.get_num_threads()
