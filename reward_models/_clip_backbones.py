@@ -245,6 +245,22 @@ def open_clip_image_cfg(model: Any) -> dict:
     }
 
 
+def open_clip_reward(
+    model: Any, tokenizer: Any, model_name: str, *, device, dtype, batch_size: int, resize_mode, reward: str
+):
+    """The cosine reward fn of an open_clip `model` (already built, or injected: moved to device/dtype),
+    with `tokenizer` defaulting to the architecture's and `resize_mode` (None = the model's own)."""
+    model = model.to(device=device, dtype=dtype).eval()
+    if tokenizer is None:
+        tokenizer = open_clip_tokenizer(model_name, model)
+    image_cfg = open_clip_image_cfg(model)
+    if resize_mode is not None:
+        image_cfg["resize_mode"] = resize_mode
+    return open_clip_cosine_fn(
+        model, tokenizer, device=device, dtype=dtype, batch_size=batch_size, image_cfg=image_cfg, reward=reward
+    )
+
+
 def open_clip_cosine_fn(
     model: Any,
     tokenizer: Callable[[List[str]], torch.Tensor],

@@ -22,10 +22,8 @@ import torch
 
 from ._clip_backbones import (
     build_open_clip,
+    open_clip_reward,
     check_batch_size,
-    open_clip_cosine_fn,
-    open_clip_image_cfg,
-    open_clip_tokenizer,
     resolve_device,
     resolve_dtype,
 )
@@ -64,13 +62,7 @@ def clip_score(
     device, dtype = resolve_device(device), resolve_dtype(dtype)
     if model is None:
         model = build_open_clip(model_name, pretrained, device, dtype)
-    else:
-        model = model.to(device=device, dtype=dtype).eval()
-    if tokenizer is None:
-        tokenizer = open_clip_tokenizer(model_name, model)
-    image_cfg = open_clip_image_cfg(model)
-    if resize_mode is not None:
-        image_cfg["resize_mode"] = resize_mode
-    return open_clip_cosine_fn(
-        model, tokenizer, device=device, dtype=dtype, batch_size=batch_size, image_cfg=image_cfg, reward="clip_score"
+    return open_clip_reward(
+        model, tokenizer, model_name, device=device, dtype=dtype, batch_size=batch_size, resize_mode=resize_mode,
+        reward="clip_score",
     )

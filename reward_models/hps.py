@@ -23,10 +23,8 @@ import torch
 
 from ._clip_backbones import (
     build_open_clip,
+    open_clip_reward,
     check_batch_size,
-    open_clip_cosine_fn,
-    open_clip_image_cfg,
-    open_clip_tokenizer,
     require_file,
     resolve_device,
     resolve_dtype,
@@ -70,12 +68,7 @@ def hps(
     if model is None:
         path = require_file(checkpoint, reward="hps", kwarg="checkpoint", how_to_get=HOW_TO_GET)
         model = build_open_clip(model_name, path, device, dtype)
-    else:
-        model = model.to(device=device, dtype=dtype).eval()
-    if tokenizer is None:
-        tokenizer = open_clip_tokenizer(model_name, model)
-    image_cfg = open_clip_image_cfg(model)
-    image_cfg["resize_mode"] = resize_mode
-    return open_clip_cosine_fn(
-        model, tokenizer, device=device, dtype=dtype, batch_size=batch_size, image_cfg=image_cfg, reward="hps"
+    return open_clip_reward(
+        model, tokenizer, model_name, device=device, dtype=dtype, batch_size=batch_size, resize_mode=resize_mode,
+        reward="hps",
     )

@@ -101,7 +101,7 @@ def main(argv=None) -> None:
                       if k in given and (list(v) if isinstance(v, tuple) else v) != saved[k]}
             clash = {k: ab for k, ab in differ.items() if k not in RESUME_MUTABLE}
             if clash:
-                sys.exit(f"--resume uses the run's saved config; these flags differ from it: "
+                sys.exit("--resume uses the run's saved config; these flags differ from it: "
                          + ", ".join(f"--{k}={a} (saved {b})" for k, (a, b) in clash.items())
                          + f". Drop them, or start a new --out (changeable on resume: {', '.join(RESUME_MUTABLE)}).")
             overrides = {k: a for k, (a, _) in differ.items()}

@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 
 import reward_models.remote as remote_mod
-from reward_models import REGISTRY, load_reward, to_pil
+from reward_models import REGISTRY, load_reward
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "serve_reward.py"

@@ -7,8 +7,6 @@ shifting apply as in diffusers); the transition is one of the stochastic kernels
 
 from __future__ import annotations
 
-import torch
-
 from ddpo_grpo.policies.base import Policy, Schedule
 from ddpo_grpo.sde import Step, check_flow_args, flow_sde_step
 

@@ -76,7 +76,7 @@ import math
 import string
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -771,7 +771,7 @@ class Pretrainer:
         m = self.models
         counts = {k: count_params(m[k]) for k in ("vae", "text_encoder", "text_encoder_2", "transformer")}
         total = sum(counts.values())
-        return (f"params: " + ", ".join(f"{k}={v / 1e6:.3f}M" for k, v in counts.items())
+        return ("params: " + ", ".join(f"{k}={v / 1e6:.3f}M" for k, v in counts.items())
                 + f", total={total / 1e6:.3f}M (~{4 * total / 1e6:.1f} MB float32); "
                 f"steps: vae={self.cfg.vae_steps} flow={self.cfg.flow_steps}; now at global step {self.step}")
 
@@ -805,7 +805,7 @@ def run(cfg: PretrainConfig, out_dir, resume: bool = False, log=print, overrides
             raise ValueError(f"flow_steps={conf['flow_steps']} ends before the checkpoint's step "
                              f"{saved['global_step']} (vae_steps={conf['vae_steps']})")
         if conf != saved["config"]:
-            log(f"resuming with changed settings: " + ", ".join(
+            log("resuming with changed settings: " + ", ".join(
                 f"{k}={conf[k]} (was {saved['config'][k]})" for k in conf if conf[k] != saved["config"][k]))
         trainer = Pretrainer(PretrainConfig.from_dict(conf), out, log=log)
         trainer.restore(existing[-1])
