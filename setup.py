@@ -6,7 +6,8 @@ setup(
     version="0.1.0",
     description="Fine-tune diffusion and flow-matching generators with group-relative policy optimisation (GRPO).",
     packages=find_packages(include=["ddpo_grpo", "ddpo_grpo.*", "reward_models", "reward_models.*"]),
-    package_data={"ddpo_grpo": ["data/*.txt", "data/*.jsonl", "data/shapes_sd3/*.json", "data/shapes_sd3/*/*"]},
+    package_data={"ddpo_grpo": ["data/*.txt", "data/*.jsonl", "data/shapes_sd3/*.json", "data/shapes_sd3/*/*",
+                               "data/shapes_sd/*.json", "data/shapes_sd/*/*"]},
     python_requires=">=3.10",
     install_requires=[
         "torch",

@@ -91,3 +91,68 @@ def test_pretrain_checkpoint_resume_and_pipeline(tmp_path):
     img = pipe("a red circle to the left of a blue square", num_inference_steps=2, guidance_scale=4.5,
                output_type="np", generator=torch.Generator().manual_seed(0)).images
     assert img.shape == (1, 64, 64, 3) and np.isfinite(img).all()
+
+
+def test_pretrain_sd_resume_and_pipeline(tmp_path):
+    """--arch sd: a StableDiffusionPipeline on the shipped SD3 model's VAE/tokenizer/text encoder."""
+    from diffusers import DDIMScheduler, StableDiffusionPipeline
+
+    from ddpo_grpo.shapes import pretrain_sd as S
+
+    script = _script()
+    out = tmp_path / "sd"
+    # 4 steps, a checkpoint every 2 (2, 4); log every step so the losses can be compared
+    argv = ["--arch", "sd", "--out", str(out), "--tiny", "--steps", "4", "--ckpt_every", "2"]
+    script.main(argv)
+    ref = load_checkpoint(out / "checkpoints" / "epoch_000004")
+
+    def losses():
+        return [(r["global_step"], r["loss"]) for r in map(json.loads, (out / P.LOG_FILE).read_text().splitlines())
+                if "loss" in r]
+
+    first = losses()
+    assert [s for s, _ in first] == [1, 2, 3, 4]
+
+    # crash after step 2: drop the last checkpoint and the final pipeline, then --resume
+    shutil.rmtree(out / "checkpoints" / "epoch_000004")
+    shutil.rmtree(out / "final")
+    with pytest.raises(SystemExit):
+        script.main(["--out", str(out), "--tiny", "--resume"])  # an sd run cannot be resumed as --arch sd3
+    script.main(argv + ["--resume"])
+    assert losses()[4:] == first[2:]  # steps 3 and 4 again, same losses
+    again = load_checkpoint(out / "checkpoints" / "epoch_000004")
+    for stem, sd in ref["tensors"].items():  # bit-exact continuation
+        for k, v in sd.items():
+            assert torch.equal(v, again["tensors"][stem][k]), (stem, k)
+    assert json.loads((out / "final_eval.json").read_text())["eval"] == "final"
+
+    pipe = StableDiffusionPipeline.from_pretrained(out / "final")
+    stats = ref["state"]["latent_stats"]
+    assert pipe.vae.config.scaling_factor == pytest.approx(stats["scaling_factor"])
+    assert pipe.vae.config.shift_factor is None  # the SD pipeline decodes latents / scaling_factor, no shift
+    assert isinstance(pipe.scheduler, DDIMScheduler) and pipe.scheduler.config.prediction_type == "epsilon"
+    assert pipe.scheduler.config.clip_sample is False
+    # the frozen VAE is the base model's, weight for weight
+    base_vae = S.build_models(S.tiny_config())["vae"]
+    for k, v in base_vae.state_dict().items():
+        assert torch.equal(v, pipe.vae.state_dict()[k]), k
+    img = pipe("two red circles", num_inference_steps=2, guidance_scale=4.5, output_type="np",
+               generator=torch.Generator().manual_seed(0)).images
+    assert img.shape == (1, 64, 64, 3) and np.isfinite(img).all()
+
+
+def test_sd_text_encoder_keeps_sd3_penultimate_features():
+    """The SD text encoder's last_hidden_state = final LayerNorm of the SD3 encoder's penultimate states."""
+    from transformers import CLIPTextModelWithProjection
+
+    from ddpo_grpo.shapes import pretrain_sd as S
+
+    cfg = S.tiny_config()
+    models = S.build_models(cfg)
+    src = CLIPTextModelWithProjection.from_pretrained(cfg.base, subfolder="text_encoder")
+    prompts = ["a red circle to the left of a blue square", ""]
+    ids = models["tokenizer"](prompts, padding="max_length", max_length=16, return_tensors="pt").input_ids
+    with torch.no_grad():
+        h = src(ids, output_hidden_states=True).hidden_states[-2]  # what the SD3 transformer was trained on
+        torch.testing.assert_close(S.encode_prompts(prompts, models["tokenizer"], models["text_encoder"]),
+                                   src.text_model.final_layer_norm(h))

@@ -22,3 +22,27 @@ def test_shipped_sd3_loads_offline_and_draws_shapes_on_white():
     assert (white > 0.6).all(), white
     strict = [judge((img * 255).round().astype(np.uint8), p)["strict"] for img, p in zip(out, prompts)]
     assert sum(strict) >= 6, strict  # measured ~70% strict on single objects; a broken model scores ~0
+
+
+def test_shipped_sd_loads_offline_and_draws_shapes_on_white():
+    """The SD-architecture model (UNet + DDIM) shares the SD3 model's VAE weights exactly."""
+    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline
+
+    from ddpo_grpo.shipped import SHAPES_SD
+
+    pipe = StableDiffusionPipeline.from_pretrained(SHAPES_SD)
+    pipe.set_progress_bar_config(disable=True)
+    assert isinstance(pipe.scheduler, DDIMScheduler) and pipe.safety_checker is None
+    vae3 = AutoencoderKL.from_pretrained(SHAPES_SD3, subfolder="vae")
+    for (name, a), b in zip(pipe.vae.state_dict().items(), vae3.state_dict().values()):
+        assert torch.equal(a, b), name
+    prompts = list(all_prompts("single_object"))
+    out = pipe(
+        prompts, num_inference_steps=20, guidance_scale=4.5, eta=0.0, output_type="np",
+        generator=torch.Generator().manual_seed(0),
+    ).images  # [15, 64, 64, 3] in [0, 1]
+    assert out.shape == (15, 64, 64, 3)
+    white = (out > 0.9).all(axis=-1).mean(axis=(1, 2))
+    assert (white > 0.6).all(), white
+    strict = [judge((img * 255).round().astype(np.uint8), p)["strict"] for img, p in zip(out, prompts)]
+    assert sum(strict) >= 4, strict  # a broken model scores ~0

@@ -65,6 +65,9 @@ Checkpoints (``<out>/checkpoints/epoch_<global step>``) hold every model (VAE, t
 transformer and its EMA), the optimizer, the data / noise RNG states and the config, so
 ``--resume`` continues bit-exactly (same thread count). The final pipeline (EMA weights) is saved
 to ``<out>/final``; progress lines and evaluations go to ``<out>/pretrain_log.jsonl``.
+
+The SD-architecture counterpart (a UNet on this model's VAE, tokenizer and text encoder) is
+:mod:`ddpo_grpo.shapes.pretrain_sd`, which reuses the data, evaluation, EMA and resume helpers here.
 """
 from __future__ import annotations
 
@@ -98,8 +101,24 @@ CANVAS = 64
 # ============================================================================================
 
 
+class ConfigDict:
+    """``to_dict`` / ``from_dict`` for the pretraining config dataclasses (JSON keeps tuples as lists)."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields {sorted(unknown)}")
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return cls(**kw)
+
+
 @dataclass
-class PretrainConfig:
+class PretrainConfig(ConfigDict):
     """Every setting of a pretraining run (saved in each checkpoint; ``--resume`` reuses it)."""
 
     seed: int = 0
@@ -158,18 +177,6 @@ class PretrainConfig:
     @property
     def total_steps(self) -> int:
         return self.vae_steps + self.flow_steps
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "PretrainConfig":
-        names = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = set(d) - set(names)
-        if unknown:
-            raise ValueError(f"unknown PretrainConfig fields {sorted(unknown)}")
-        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
-        return cls(**kw)
 
     def validate(self) -> None:
         if len(self.task_weights) != len(TASKS) or min(self.task_weights) < 0 or sum(self.task_weights) <= 0:
@@ -450,8 +457,12 @@ def eval_items(per_task: int, seed: int = 1234) -> List[Tuple[dict, int]]:
 
 
 @torch.no_grad()
-def evaluate(pipe, cfg: PretrainConfig, per_task: int, batch_size: int = 16, save_dir: Optional[Path] = None) -> dict:
-    """Strict/partial ShapesWorld accuracy of ``pipe`` (deterministic Euler ODE + CFG) per task.
+def evaluate(pipe, per_task: int, batch_size: int = 16, save_dir: Optional[Path] = None, **pipe_kwargs) -> dict:
+    """Strict/partial ShapesWorld accuracy of a diffusers text-to-image ``pipe`` per task.
+
+    ``pipe_kwargs`` go to every pipeline call (``num_inference_steps``, ``guidance_scale``, ...); the
+    prompts, the empty negative prompt, per-image generators (seeded by :func:`eval_items`), 64×64 and
+    ``output_type="np"`` are set here.
 
     Returns ``{"strict/<task>", "partial/<task>", "strict/task_mean", "strict/test_weighted", ...}``;
     ``test_weighted`` weights tasks by their share of the test split (position dominates).
@@ -466,9 +477,8 @@ def evaluate(pipe, cfg: PretrainConfig, per_task: int, batch_size: int = 16, sav
         chunk = items[i:i + batch_size]
         gens = [torch.Generator().manual_seed(seed) for _, seed in chunk]
         out = pipe(
-            prompt=[r["prompt"] for r, _ in chunk], negative_prompt=[""] * len(chunk),
-            num_inference_steps=cfg.eval_steps, guidance_scale=cfg.eval_guidance, generator=gens,
-            height=CANVAS, width=CANVAS, output_type="np", max_sequence_length=cfg.eval_max_sequence_length,
+            prompt=[r["prompt"] for r, _ in chunk], negative_prompt=[""] * len(chunk), generator=gens,
+            height=CANVAS, width=CANVAS, output_type="np", **pipe_kwargs,
         ).images  # [b, 64, 64, 3] float in [0, 1]
         for (row, _), img in zip(chunk, out):
             j = judge(img, row)
@@ -517,6 +527,37 @@ def _lr_at(step: int, total: int, lr: float, warmup: int, min_ratio: float) -> f
     return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
+@torch.no_grad()
+def ema_update(ema: Dict[str, torch.nn.Module], models: Dict[str, torch.nn.Module], max_decay: float, step: int) -> None:
+    """``θ_ema ← d·θ_ema + (1 − d)·θ`` for every module of ``ema``, ``d = min(max_decay, (1 + n)/(10 + n))``.
+
+    The warm-up ``(1 + n)/(10 + n)`` (``n`` = optimisation steps taken so far) lets the average forget
+    the random initialisation quickly; ``models[k]`` is the trained module of ``ema[k]``.
+    """
+    decay = min(max_decay, (1 + step) / (10 + step))
+    for k, mod in ema.items():
+        for pe, p in zip(mod.parameters(), models[k].parameters()):
+            pe.lerp_(p, 1 - decay)
+
+
+def append_log(out: Path, rec: dict) -> None:
+    """Append one JSON line to ``<out>/pretrain_log.jsonl``."""
+    with open(Path(out) / LOG_FILE, "a", encoding="utf-8") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def logged_eval(pipe, per_task: int, tag: str, out: Path, log, step_fields: dict,
+                save_dir: Optional[Path] = None, **pipe_kwargs) -> dict:
+    """:func:`evaluate`, then one ``pretrain_log.jsonl`` record (``step_fields`` first) and a log line."""
+    t0 = time.time()
+    res = evaluate(pipe, per_task, save_dir=save_dir, **pipe_kwargs)
+    res = {**step_fields, "eval": tag, **res, "eval/seconds": round(time.time() - t0, 1)}
+    append_log(out, res)
+    log("eval " + tag + " " + " ".join(
+        f"{k.split('/', 1)[1]}={v:.2f}" for k, v in res.items() if k.startswith("strict/")))
+    return res
+
+
 def _gen_state(g: torch.Generator) -> List[int]:
     return g.get_state().tolist()
 
@@ -561,8 +602,7 @@ class Pretrainer:
         return torch.optim.AdamW(params, lr=self.cfg.lr, betas=(0.9, 0.99), weight_decay=self.cfg.weight_decay)
 
     def _write_log(self, rec: dict) -> None:
-        with open(self.out / LOG_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
+        append_log(self.out, rec)
 
     def _set_latent_stats(self, shift_factor: float, scaling_factor: float) -> None:
         self.vae_stats = {"shift_factor": shift_factor, "scaling_factor": scaling_factor}
@@ -666,12 +706,8 @@ class Pretrainer:
         loss = F.mse_loss(pred, target)
         return {"loss": loss}
 
-    @torch.no_grad()
     def ema_update(self, flow_step: int) -> None:
-        decay = min(self.cfg.ema_decay, (1 + flow_step) / (10 + flow_step))
-        for k, ema in self.ema.items():
-            for pe, p in zip(ema.parameters(), self.models[k].parameters()):
-                pe.lerp_(p, 1 - decay)
+        ema_update(self.ema, self.models, self.cfg.ema_decay, flow_step)
 
     def pipeline(self, ema: bool = True):
         if ema:
@@ -680,17 +716,13 @@ class Pretrainer:
         return make_pipeline(self.models, self.cfg)
 
     def run_eval(self, per_task: int, tag: str, save_dir: Optional[Path] = None, pipe=None) -> dict:
-        t0 = time.time()
         for mod in self.ema.values():
             mod.eval()
-        res = evaluate(pipe or self.pipeline(), self.cfg, per_task,
-                       save_dir=save_dir)
-        res = {"global_step": self.step, "flow_step": self.step - self.cfg.vae_steps, "eval": tag,
-               **res, "eval/seconds": round(time.time() - t0, 1)}
-        self._write_log(res)
-        self.log("eval " + tag + " " + " ".join(
-            f"{k.split('/', 1)[1]}={v:.2f}" for k, v in res.items() if k.startswith("strict/")))
-        return res
+        cfg = self.cfg
+        return logged_eval(pipe or self.pipeline(), per_task, tag, self.out, self.log,
+                           {"global_step": self.step, "flow_step": self.step - cfg.vae_steps}, save_dir=save_dir,
+                           num_inference_steps=cfg.eval_steps, guidance_scale=cfg.eval_guidance,
+                           max_sequence_length=cfg.eval_max_sequence_length)
 
     # ---- main loop ---------------------------------------------------------------------------
     def train(self) -> Path:
@@ -789,6 +821,17 @@ def run(cfg: PretrainConfig, out_dir, resume: bool = False, log=print, overrides
 
     On resume the checkpoint's config is used; ``overrides`` may change its :data:`RESUME_MUTABLE` fields.
     """
+    return start_or_resume(Pretrainer, RESUME_MUTABLE, cfg, out_dir, resume, log, overrides).train()
+
+
+def start_or_resume(trainer_cls, mutable: Sequence[str], cfg, out_dir, resume: bool = False, log=print,
+                    overrides: Optional[dict] = None):
+    """A new ``trainer_cls(cfg, out_dir, log=log)``, or (``resume``) one restored from the newest checkpoint.
+
+    ``trainer_cls`` takes ``(config, out_dir, log=...)`` and has ``restore(path)``; its config class is
+    ``type(cfg)`` (a :class:`ConfigDict` dataclass with a ``total_steps`` property). A resumed run uses
+    the checkpoint's saved config, where ``overrides`` may change only the ``mutable`` fields.
+    """
     out = Path(out_dir)
     existing = list_checkpoints(out)
     if existing and not resume:
@@ -797,21 +840,22 @@ def run(cfg: PretrainConfig, out_dir, resume: bool = False, log=print, overrides
     if resume and existing:
         saved = load_checkpoint(existing[-1])["state"]
         conf = dict(saved["config"])
-        bad = sorted(set(overrides or {}) - set(RESUME_MUTABLE))
+        bad = sorted(set(overrides or {}) - set(mutable))
         if bad:
-            raise ValueError(f"a resumed run keeps its config; cannot change {bad} (changeable: {RESUME_MUTABLE})")
+            raise ValueError(f"a resumed run keeps its config; cannot change {bad} (changeable: {tuple(mutable)})")
         conf.update(overrides or {})
-        if conf["vae_steps"] + conf["flow_steps"] < saved["global_step"]:
-            raise ValueError(f"flow_steps={conf['flow_steps']} ends before the checkpoint's step "
-                             f"{saved['global_step']} (vae_steps={conf['vae_steps']})")
+        new_cfg = type(cfg).from_dict(conf)
+        if new_cfg.total_steps < saved["global_step"]:
+            raise ValueError(f"the run would end at step {new_cfg.total_steps}, before the checkpoint's step "
+                             f"{saved['global_step']}; give more steps")
         if conf != saved["config"]:
             log("resuming with changed settings: " + ", ".join(
                 f"{k}={conf[k]} (was {saved['config'][k]})" for k in conf if conf[k] != saved["config"][k]))
-        trainer = Pretrainer(PretrainConfig.from_dict(conf), out, log=log)
+        trainer = trainer_cls(new_cfg, out, log=log)
         trainer.restore(existing[-1])
     else:
         if resume:
             log(f"--resume: no checkpoint in {out}, starting from scratch")
-        trainer = Pretrainer(cfg, out, log=log)
+        trainer = trainer_cls(cfg, out, log=log)
         (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
-    return trainer.train()
+    return trainer
