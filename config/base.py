@@ -57,7 +57,7 @@ def get_config():
     # the rest are ODE steps. 0 = off (every step stochastic). The window start is drawn per batch,
     # uniformly in sde_window_range = (lo, hi) inclusive; None = anywhere in (0, num_steps − size).
     sample.sde_window_size = 0
-    sample.sde_window_range = None
+    sample.sde_window_range = ml_collections.config_dict.placeholder(tuple)  # None, overridable as '(0, 2)'
 
     # ---- training -----------------------------------------------------------------------------
     config.train = train = ml_collections.ConfigDict()
@@ -117,6 +117,9 @@ def get_config():
     # ---- prompts ------------------------------------------------------------------------------
     config.prompts = prompts = ml_collections.ConfigDict()
     prompts.source = "simple"  # built-in name, a .txt file (one prompt a line) or a .json/.jsonl file of rows
+    # "" = draw rows uniformly; a row field (e.g. "task" of shapes_train) = every value of that field
+    # gets an equal share of each epoch's prompts (ShapesWorld's train split is 75 % position prompts)
+    prompts.stratify_by = ""
 
     # ---- evaluation (ShapesWorld judge; ddpo_grpo/evaluation.py, scripts/evaluate.py) ------------
     config.eval = evaluation = ml_collections.ConfigDict()
@@ -124,6 +127,9 @@ def get_config():
     evaluation.prompts = "shapes_test"  # prompt source whose rows the ShapesWorld judge can score
     evaluation.limit = 0  # evaluate only the first N prompts (0 = all)
     evaluation.images_per_prompt = 1  # deterministic samples (ODE / DDIM η=0, sample.eval_num_steps) per prompt
+    # > 0: instead of every prompt × images_per_prompt, a task-balanced set of per_task images per task
+    # (each task's prompts cycled, one new seed per pass); eval/task_mean/* weights tasks equally either way
+    evaluation.per_task = 0
     evaluation.seed = 0  # initial-noise seed of the evaluation images (fixed across epochs)
 
     # ---- logging ------------------------------------------------------------------------------

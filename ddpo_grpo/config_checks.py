@@ -120,6 +120,13 @@ def validate(config, num_processes: int = 1) -> dict:
                 )
         if s.eval_num_steps < 1:
             p.append(f"sample.eval_num_steps={s.eval_num_steps} must be ≥ 1")
+    ev = config.get("eval")
+    if ev is not None:
+        for name in ("freq", "limit", "per_task"):
+            if ev.get(name, 0) < 0:
+                p.append(f"eval.{name}={ev.get(name)} must be ≥ 0 (0 = {'never' if name == 'freq' else 'off'})")
+        if ev.get("images_per_prompt", 1) < 1:
+            p.append(f"eval.images_per_prompt={ev.images_per_prompt} must be ≥ 1")
     if p:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
     return derived_totals(config, num_processes)

@@ -190,24 +190,51 @@ class PromptSampler:
     ``draw(epoch, n)`` depends only on ``(seed, epoch, n)``, never on call history,
     so every process (all ranks call it with the same ``seed``) agrees on the
     epoch's prompts, and a resumed run redraws the same prompts.
+
+    ``stratify_by``: "" draws rows uniformly; a row field (e.g. "task") splits the rows into strata
+    by that field's value and gives every stratum an equal share of each draw (the first
+    ``n mod S`` strata of a per-epoch shuffle get one more), each stratum's share drawn as below.
     """
 
-    def __init__(self, rows: Sequence[dict], seed: int = 0):
+    def __init__(self, rows: Sequence[dict], seed: int = 0, stratify_by: str = ""):
         if not rows:
             raise ValueError("PromptSampler needs at least one prompt row")
         self.rows = list(rows)
         self.seed = int(seed)
+        self.strata: List[List[int]] = [list(range(len(self.rows)))]
+        if stratify_by:
+            missing = [i for i, r in enumerate(self.rows) if stratify_by not in r]
+            if missing:
+                raise ValueError(
+                    f"prompts.stratify_by={stratify_by!r}: row {missing[0]} (prompt {self.rows[missing[0]].get('prompt')!r}) "
+                    f"has no field {stratify_by!r}; use a prompt file whose rows all have it, or stratify_by=\"\""
+                )
+            by_value: Dict[str, List[int]] = {}
+            for i, r in enumerate(self.rows):
+                by_value.setdefault(str(r[stratify_by]), []).append(i)
+            self.strata = [by_value[k] for k in sorted(by_value)]
 
     def draw(self, epoch: int, n: int) -> List[dict]:
-        """``n`` rows for ``epoch``: without replacement if ``n <= len(rows)``, else with replacement.
+        """``n`` rows for ``epoch``; within a stratum without replacement if its share fits, else with.
 
         Returned rows are shallow copies, so callers may annotate them freely.
         """
         if n < 0:
             raise ValueError(f"PromptSampler.draw: n must be >= 0, got {n}")
         rng = np.random.default_rng(self.seed * 1_000_003 + int(epoch))
-        if n <= len(self.rows):
-            idx = rng.permutation(len(self.rows))[:n]
+        if len(self.strata) == 1:
+            shares = [n]
         else:
-            idx = rng.integers(0, len(self.rows), size=n)
+            shares = [n // len(self.strata)] * len(self.strata)
+            for s in rng.permutation(len(self.strata))[: n % len(self.strata)]:
+                shares[s] += 1
+        idx: List[int] = []
+        for members, k in zip(self.strata, shares):
+            if k <= len(members):
+                picked = rng.permutation(len(members))[:k]
+            else:
+                picked = rng.integers(0, len(members), size=k)
+            idx.extend(members[j] for j in picked)
+        if len(self.strata) > 1:
+            idx = [idx[j] for j in rng.permutation(len(idx))]
         return [dict(self.rows[i]) for i in idx]

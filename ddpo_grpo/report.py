@@ -78,6 +78,13 @@ def eval_table(before: dict | None, after: dict) -> str:
             a = _fmt(after.get(f"eval/{kind}{suffix}")).rjust(7)
             cells.append(_fmt(before.get(f"eval/{kind}{suffix}")).rjust(14) + " " + a if before is not None else a)
         lines.append("  ".join(cells))
+    if "eval/task_mean/strict" in after:
+        cells = ["task mean".ljust(14), str(len(tasks) - 1).rjust(5)]
+        for kind in kinds:
+            key = f"eval/task_mean/{kind}"
+            a = _fmt(after.get(key)).rjust(7)
+            cells.append(_fmt(before.get(key)).rjust(14) + " " + a if before is not None else a)
+        lines.append("  ".join(cells) + "   (mean over tasks, n = tasks: the headline number)")
     if after.get("eval/not_applicable"):
         lines.append(f"({after['eval/not_applicable']} images not applicable: prompts outside the ShapesWorld grammar)")
     return "\n".join(lines)
@@ -114,10 +121,10 @@ def plot_metrics(run_dir, before_metrics: dict | None = None) -> Path | None:
             if before_metrics and before_metrics.get("eval/strict") is not None:
                 start = -1 if label == "epoch" else 0
                 evals = [(start, before_metrics)] + evals
-            for key in ["eval/strict", "eval/partial"] + [f"eval/strict/{t}" for t in TASK_ORDER]:
+            for key in ["eval/task_mean/strict", "eval/task_mean/partial"] + [f"eval/strict/{t}" for t in TASK_ORDER]:
                 points = [(xv, _num(r.get(key))) for xv, r in evals if r.get(key) is not None]
                 if points:
-                    style = "-" if key in ("eval/strict", "eval/partial") else ":"
+                    style = "-" if key.startswith("eval/task_mean/") else ":"
                     ax.plot([p[0] for p in points], [p[1] for p in points], style, marker=".", label=key)
             ax.set_xlabel(label + (" (−1 = before training)" if label == "epoch" else " (0 = before training)"))
             ax.set_ylabel("held-out accuracy")

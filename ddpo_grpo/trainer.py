@@ -181,7 +181,7 @@ class Trainer:
 
         cfg = self.config
         self.rows = load_prompts(cfg.prompts.source)
-        self.prompt_sampler = PromptSampler(self.rows, seed=cfg.seed)
+        self.prompt_sampler = PromptSampler(self.rows, seed=cfg.seed, stratify_by=cfg.prompts.stratify_by)
         self.reward = build_reward(
             dict(cfg.reward.fns), {k: dict(v) for k, v in cfg.reward.kwargs.items()}, dict(cfg.reward.sources)
         )
@@ -448,7 +448,7 @@ class Trainer:
     def _weights_for_eval(self):
         return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
 
-    def sample_fixed(self, rows, *, images_per_prompt: int = 1, max_images=None):
+    def sample_fixed(self, rows, *, images_per_prompt: int = 1, per_task: int = 0, max_images=None):
         """Deterministic samples (ODE / DDIM η=0, sample.eval_num_steps) of `rows` from fixed seeds
         (eval.seed), with the EMA weights when train.ema: (judge metrics, images, captions)."""
         from ddpo_grpo.evaluation import evaluate
@@ -457,7 +457,7 @@ class Trainer:
         with self._weights_for_eval():
             return evaluate(
                 self.policy, rows, num_steps=s.eval_num_steps, guidance_scale=s.guidance_scale,
-                images_per_prompt=images_per_prompt, seed=cfg.eval.seed, batch_size=s.batch_size,
+                images_per_prompt=images_per_prompt, per_task=per_task, seed=cfg.eval.seed, batch_size=s.batch_size,
                 negative_prompt=s.negative_prompt, autocast=self.autocast, max_images=max_images,
             )
 
@@ -482,7 +482,8 @@ class Trainer:
         if self.main:
             rows = load_prompts(cfg.eval.prompts)
             rows = rows[: cfg.eval.limit] if cfg.eval.limit else rows
-            metrics, _, _ = self.sample_fixed(rows, images_per_prompt=cfg.eval.images_per_prompt, max_images=0)
+            metrics, _, _ = self.sample_fixed(rows, images_per_prompt=cfg.eval.images_per_prompt,
+                                              per_task=cfg.eval.per_task, max_images=0)
         self.acc.wait_for_everyone()
         return metrics
 

@@ -14,10 +14,13 @@ Usage:
                eval.json  {"metrics": {...}, "model": ..., "args": {...}, ...}
                grid.png   the first <= 64 images, in prompt order (prompts in the PNG's "captions" chunk)
   --limit N  evaluate only the first N prompt rows (quick checks)
+  --per_task N  a task-balanced set of N images per task instead of every prompt (the test split has
+             3 single-object and 9 counting prompts but 312 position prompts)
 
 Metrics (ddpo_grpo/evaluation.py): eval/strict and eval/partial over all applicable images, per
-task eval/strict/<task>, eval/partial/<task>, eval/num_images/<task>, plus eval/num_images and
-eval/not_applicable. A per-task table (task | n | strict | partial) is printed at the end.
+task eval/strict/<task>, eval/partial/<task>, eval/num_images/<task>, the unweighted mean over
+tasks eval/task_mean/strict and eval/task_mean/partial (GenEval's "overall"), plus eval/num_images
+and eval/not_applicable. A per-task table (task | n | strict | partial) is printed at the end.
 
 Sampling is deterministic: noise_level 0 (the flow ODE / DDIM η=0) and the initial noise of image k
 of prompt i drawn from a seed derived from (--seed, i, k) only, the same seeds as scripts/sample.py;
@@ -64,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_sequence_length", type=int, default=77, help="text tokens for encoders that take it (T5)")
     p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N prompts")
+    p.add_argument("--per_task", type=int, default=0,
+                   help="> 0: a task-balanced set of N images per task (each task's prompts cycled, a new "
+                        "seed per pass) instead of every prompt × --images_per_prompt")
     p.add_argument("--batch_size", type=int, default=16, help="images per denoiser batch")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     return p
@@ -79,6 +85,8 @@ def _check_args(args) -> None:
     for name in ("num_steps", "batch_size", "images_per_prompt", "max_sequence_length"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.per_task < 0:
+        raise UsageError(f"--per_task must be >= 0 (0 = every prompt), got {args.per_task}")
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be >= 1, got {args.limit}")
     if args.resolution is not None and args.resolution < 1:
@@ -125,7 +133,7 @@ def run(args) -> dict:
 
     metrics, images, captions = evaluate(
         policy, rows, num_steps=args.num_steps, guidance_scale=args.guidance_scale,
-        images_per_prompt=args.images_per_prompt, seed=args.seed, batch_size=args.batch_size,
+        images_per_prompt=args.images_per_prompt, per_task=args.per_task, seed=args.seed, batch_size=args.batch_size,
         negative_prompt=args.negative_prompt, max_images=GRID_IMAGES,
     )
 

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from ddpo_grpo import rollout as rollout_lib
-from ddpo_grpo.evaluation import evaluate, image_seed, save_grid, score_images
+from ddpo_grpo.evaluation import eval_items, evaluate, image_seed, save_grid, score_images
 from ddpo_grpo.prompts import load_prompts
 from ddpo_grpo.shapes.world import TASKS, render_prompt
 from tests.conftest import load_script
@@ -96,6 +96,28 @@ def test_prompts_outside_the_grammar_are_not_applicable():
 
     with pytest.raises(ValueError, match="2 images for 1 rows"):
         score_images([white, white], [{"prompt": "a red circle"}])
+
+
+def test_task_mean_weights_tasks_equally():
+    """eval/task_mean/* is the plain mean of the per-task accuracies, not of the images."""
+    rows = [r for task in ("single_object", "position") for r in [x for x in load_prompts("shapes_test")
+                                                                      if x["task"] == task][:3]]
+    rows = rows[:1] + rows[3:]  # 1 single-object row, 3 position rows
+    right = [render_prompt(r, seed=0) for r in rows]
+    images = right[:1] + [np.full_like(right[0], 255)] * 3  # the single object right, the positions blank
+    m = score_images(images, rows)
+    assert m["eval/strict/single_object"] == 1.0 and m["eval/strict/position"] == 0.0
+    assert m["eval/strict"] == 0.25 and m["eval/task_mean/strict"] == 0.5
+
+
+def test_eval_items_task_balanced():
+    rows = _rows_per_task(3)[:3] + _rows_per_task(3)[3:5]  # 3 single-object rows, 2 counting rows
+    assert eval_items(rows, images_per_prompt=2) == [(i, k) for i in range(5) for k in range(2)]
+    items = eval_items(rows, per_task=4)
+    # each task's rows in order, cycled; pass r uses image index r: no (row, image) pair repeats
+    assert items == [(0, 0), (1, 0), (2, 0), (0, 1), (3, 0), (4, 0), (3, 1), (4, 1)]
+    with pytest.raises(ValueError, match="per_task must be >= 0"):
+        eval_items(rows, per_task=-1)
 
 
 # ------------------------------------------------------------------ sampling loop (stand-in sampler)

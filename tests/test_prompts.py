@@ -164,3 +164,22 @@ def test_builtin_shapes_splits_carry_metadata():
     assert len(train) == 708 and len(test) == 402
     assert {"prompt", "task", "objects"} <= set(train[0])
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in test}
+
+
+def test_sampler_stratified_by_task():
+    """stratify_by="task": each task gets an equal share of a draw, whatever its share of the rows."""
+    rows = load_prompts("shapes_train")  # 12 single, 36 counting, 132 two-object, 528 position
+    s = PromptSampler(rows, seed=0, stratify_by="task")
+    drawn = s.draw(3, 16)
+    counts = {t: sum(r["task"] == t for r in drawn) for t in ("single_object", "counting", "two_object", "position")}
+    assert counts == {"single_object": 4, "counting": 4, "two_object": 4, "position": 4}
+    assert len({r["prompt"] for r in drawn}) == 16  # no repeats while a stratum has enough rows
+    assert s.draw(3, 16) == drawn  # deterministic in (seed, epoch, n)
+    odd = s.draw(4, 18)  # 18 = 4·4 + 2: two strata get one more
+    assert sorted(sum(r["task"] == t for r in odd) for t in counts) == [4, 4, 5, 5]
+    big = s.draw(5, 100)  # 25 per task > 12 single-object rows: that stratum is drawn with replacement
+    assert sum(r["task"] == "single_object" for r in big) == 25
+    uniform = PromptSampler(rows, seed=0).draw(3, 400)
+    assert sum(r["task"] == "position" for r in uniform) > 200  # unstratified follows the rows' shares
+    with pytest.raises(ValueError, match=r"stratify_by='task'.*row 0.*no field 'task'"):
+        PromptSampler([{"prompt": "a"}], stratify_by="task")
