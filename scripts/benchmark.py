@@ -8,7 +8,7 @@ the same prompts, number of steps, batch size and resolution:
     diffusers call `pipeline(prompt, negative_prompt, num_inference_steps, guidance_scale, height,
     width, output_type="pt", ...)` on the SAME pipeline object (progress bar off). Both encode the
     prompts, run T CFG denoiser passes of batch 2B and decode to tensors. Target ≤ 1.05.
-(b) train pass ÷ bare loop   `Trainer.train_phase` (quickstart config, LoRA) over a rollout from
+(b) train pass ÷ bare loop   `Trainer.train_phase` (config/quickstart.py:tiny, LoRA) over a rollout from
     `Trainer.sample_phase`, against a bare loop over the same minibatches and trained steps:
     `policy.predict` with CFG, a trivial loss `out.float().pow(2).mean()`, `backward()`, and one
     optimizer step + zero_grad per minibatch. The bare loop's optimizer is a separate AdamW with the
@@ -93,9 +93,9 @@ def interleaved(fn_a, fn_b, repeats: int, min_unit: float) -> dict:
 
 
 def make_config(model: str, args, resolution: int, logdir: str):
-    from config.quickstart import quickstart
+    from config.quickstart import tiny
 
-    cfg = quickstart()
+    cfg = tiny()
     cfg.logdir = logdir
     cfg.run_name = f"bench_{model}_{resolution}"
     cfg.pretrained.tiny = model

@@ -17,10 +17,12 @@ HELPERS = {"get_config", "num_processes"}
 EXPECTED = {
     "config.sd": {"compressibility", "incompressibility", "aesthetic"},
     "config.sd3": {"pickscore", "geneval", "ocr", "geneval_fast"},
-    "config.quickstart": {"quickstart"},
+    "config.quickstart": {"quickstart", "tiny"},
+    "config.shapes": {"sd3_quick", "sd_quick", "sd3_long", "sd_long"},
 }
 # Global sizes the per-process numbers are derived from (quickstart is a fixed 1-process config).
 IMAGES_PER_EPOCH = {"config.sd": 256, "config.sd3": 1152}
+SHAPES_SIZES = {"sd3_quick": (128, 1), "sd_quick": (128, 1), "sd3_long": (512, 2), "sd_long": (512, 2)}
 OPTIMIZER_STEPS = {
     ("config.sd", "compressibility"): 4,
     ("config.sd", "incompressibility"): 4,
@@ -204,6 +206,15 @@ def test_config_flags_path_syntax(world_size, monkeypatch):
     values(argv)
     assert values.config.reward.fns.to_dict() == {"aesthetic": 1.0}
 
+    # a field whose default is None (sample.sde_window_range) is still overridable from the command line
+    argv = ["train.py", f"--config={REPO / 'config' / 'quickstart.py'}:tiny", "--config.sample.sde_window_size=2",
+            "--config.sample.sde_window_range=(0, 3)"]
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "experiment", flag_values=values, sys_argv=argv)
+    values(argv)
+    assert tuple(values.config.sample.sde_window_range) == (0, 3)
+    validate(values.config, num_processes=1)
+
 
 def test_importlib_file_load(monkeypatch):
     """Loading config/sd3.py by file path (as config_flags does), outside the `config` package."""
@@ -212,3 +223,26 @@ def test_importlib_file_load(monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     validate(mod.get_config("geneval"))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 8])
+@pytest.mark.parametrize("name", sorted(SHAPES_SIZES))
+def test_shapes_recipes(name, world_size, monkeypatch):
+    """ShapesWorld recipes: shipped model, judge reward on train prompts, balanced held-out eval, global sizes."""
+    from ddpo_grpo.shipped import SHAPES_SD, SHAPES_SD3
+
+    config = load("config.shapes", name, monkeypatch, world_size)
+    totals = validate(config, num_processes=world_size)
+    assert (totals["images_per_epoch"], totals["optimizer_steps_per_epoch"]) == SHAPES_SIZES[name]
+    assert config.pretrained.model == (SHAPES_SD3 if name.startswith("sd3") else SHAPES_SD)
+    assert config.prompts.source == "shapes_train" and config.eval.prompts == "shapes_test"
+    assert config.reward.fns.to_dict() == {"shapes": 1.0} and config.eval.per_task > 0 and config.eval.freq > 0
+    assert config.sample.resolution == 64 and config.train.use_lora
+
+
+def test_quickstart_is_the_shapes_recipe(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    quick = importlib.import_module("config.quickstart").get_config()
+    assert quick.to_dict() == importlib.import_module("config.shapes").get_config("sd3_quick").to_dict()
+    with pytest.raises(ValueError, match="no experiment 'nope'"):
+        importlib.import_module("config.quickstart").get_config("nope")

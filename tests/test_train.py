@@ -20,9 +20,9 @@ REQUIRED_KEYS = {
 
 
 def _config(tmp_path, model_dir, **overrides):
-    from config.quickstart import quickstart
+    from config.quickstart import tiny
 
-    config = quickstart()
+    config = tiny()
     config.logdir = str(tmp_path / "logs")
     config.run_name = "run"
     config.pretrained.model = model_dir
@@ -63,7 +63,8 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
 
     logdir = tmp_path / "logs"
     cmd = [
-        sys.executable, str(REPO / "scripts" / "train.py"), f"--config.pretrained.model={tiny_dirs[kind]}",
+        sys.executable, str(REPO / "scripts" / "train.py"), f"--config={REPO / 'config' / 'quickstart.py'}:tiny",
+        f"--config.pretrained.model={tiny_dirs[kind]}",
         f"--config.logdir={logdir}", "--config.run_name=e2e", "--config.num_epochs=2",
         "--config.sample.num_steps=4", "--config.logging.image_freq=1", "--config.logging.progress=False",
         "--config.train.num_inner_epochs=2", "--config.eval.freq=1", "--config.eval.limit=4",
@@ -173,7 +174,8 @@ def test_two_processes_with_torchrun(tmp_path, tiny_dirs):
     logdir = tmp_path / "logs"
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(REPO / "scripts" / "train.py"), f"--config.pretrained.model={tiny_dirs['sd3']}",
+        str(REPO / "scripts" / "train.py"), f"--config={REPO / 'config' / 'quickstart.py'}:tiny",
+        f"--config.pretrained.model={tiny_dirs['sd3']}",
         f"--config.logdir={logdir}", "--config.run_name=ddp", "--config.num_epochs=2", "--config.sample.num_steps=3",
         "--config.sample.num_batches_per_epoch=1", "--config.sample.group_size=8", "--config.logging.progress=False",
         "--config.logging.image_freq=0",
@@ -237,3 +239,32 @@ def test_async_reward_scoring_gives_the_same_scores(tmp_path, tiny_dirs):
 def test_zero_noise_is_refused_with_the_field_name(tmp_path, tiny_dirs):
     with pytest.raises(ValueError, match="sample.eta"):
         _run(_config(tmp_path, tiny_dirs["sd"], **{"sample.eta": 0.0}))
+
+
+def test_quickstart_one_shortened_epoch(tmp_path, capsys):
+    """The default config (shipped ShapesWorld SD3, shapes reward, SDE window, LoRA), shrunk to one epoch
+    of 4 images and a 4-image held-out evaluation: it trains, evaluates before/after and reports."""
+    from config.quickstart import quickstart
+
+    config = quickstart()
+    config.logdir = str(tmp_path / "logs")
+    config.run_name = "quick"
+    config.num_epochs = 1
+    config.sample.num_steps = 4
+    config.sample.eval_num_steps = 3
+    config.sample.batch_size = 4
+    config.sample.num_batches_per_epoch = 1
+    config.sample.group_size = 4
+    config.train.batch_size = 4
+    config.train.gradient_accumulation_steps = 1
+    config.eval.per_task = 1
+    config.logging.progress = False
+    _run(config)
+    (row,) = _metrics(tmp_path / "logs" / "quick")
+    assert row["train/logp_mismatch"] <= 1e-4 and row["eval/num_images"] == 4
+    assert all(row[f"eval/num_images/{t}"] == 1 for t in ("single_object", "counting", "two_object", "position"))
+    assert 0.0 <= row["eval/task_mean/strict"] <= row["eval/task_mean/partial"] <= 1.0
+    assert 0.0 <= row["reward/mean"] <= 1.0  # partial judge score of the train prompts
+    out = capsys.readouterr().out
+    assert "held-out accuracy" in out and "task mean" in out
+    assert (tmp_path / "logs" / "quick" / "final" / "pytorch_lora_weights.safetensors").is_file()

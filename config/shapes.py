@@ -1,0 +1,126 @@
+"""ShapesWorld GRPO on the shipped base models (ddpo_grpo/data/shapes_sd3 and shapes_sd).
+
+    python scripts/train.py                                     # = config/quickstart.py = sd3_quick
+    python scripts/train.py --config config/shapes.py:sd_quick  # the same for the SD (UNet + DDIM) model
+    python scripts/train.py --config config/shapes.py:sd3_long  # the long recipes (hours on a CPU)
+    python scripts/train.py --config config/shapes.py:sd_long
+
+Reward: the ShapesWorld judge (reward_models/shapes.py) on train-split prompts; evaluation: the same
+judge on the held-out test split (compositions never seen in training), deterministic ODE / DDIM η=0
+samples from fixed seeds, 48 images per task, `eval/task_mean/strict` being the headline number.
+
+Choices for a CPU budget, from the runs recorded in the README ("ShapesWorld results"):
+  - prompts.stratify_by = "task": the train split is 75 % position prompts; equal shares per task
+    keep the easier tasks, where the group's rewards actually differ, in every epoch;
+  - the partial score (fraction of the prompt's constraints met) rather than the 0/1 strict score:
+    most groups of a 0/1 reward are all-zero on position prompts, so their advantage is 0;
+  - sample.share_group_noise: a group's images start from the same initial noise, so reward
+    differences within a group come from the policy's own SDE / DDIM noise, not from the initial
+    latent the policy does not choose (DanceGRPO does the same);
+  - a Flow-GRPO-Fast window on the first 4 of 10 steps (SDE for SD3, DDIM η = 1 for SD): layout and
+    counts are decided early; the later steps are deterministic and cost no training;
+  - one optimizer step per epoch over all its images: single-sample policy gradients are very
+    noisy (two 64-image halves of one epoch's gradient have cosine ≈ 0.0–0.08 here), so every step
+    averages the largest batch the epoch has.
+Per-process numbers scale with WORLD_SIZE as in config/sd3.py; the quick recipes are sized for one
+process on a 2-core CPU.
+"""
+
+from config.base import get_config as base_config
+from config.sd3 import set_epoch_size, set_optimizer_batch
+from ddpo_grpo.shipped import SHAPES_SD, SHAPES_SD3
+
+
+def _shapes(model: str):
+    """Fields shared by every ShapesWorld recipe."""
+    config = base_config()
+    config.pretrained.model = model
+    config.logging.tracker = "none"
+    config.logging.image_freq = 0  # the before/after grid of the run report shows the samples
+    config.save_freq = 5
+
+    s = config.sample
+    s.resolution = 64  # the models' native size (16×16×4 latents)
+    s.max_sequence_length = 8  # SD3: zero "T5" tokens appended (the model has no T5)
+    s.num_steps = 10
+    s.eval_num_steps = 20  # deterministic evaluation samples, as the base accuracy was measured
+    s.guidance_scale = 4.5
+    s.group_size = 8
+    s.batch_size = 16
+    s.share_group_noise = True
+
+    t = config.train
+    t.use_lora = True
+    t.lora_rank = 16
+    t.lora_alpha = 16.0
+    t.learning_rate = 2e-3  # LoRA B starts at 0: small models need a large LoRA lr to move in minutes
+    t.clip_range = 1e-2
+    t.adv_mode = "zscore"
+    t.batch_size = 16
+
+    config.prompts.source = "shapes_train"
+    config.prompts.stratify_by = "task"
+    config.reward.fns = {"shapes": 1.0}
+    config.reward.kwargs = {"shapes": {"score": "partial"}}
+
+    e = config.eval
+    e.prompts = "shapes_test"
+    e.per_task = 48
+    e.freq = 10
+    return config
+
+
+def _early_window(config):
+    """Stochastic (and trained) steps 0–3 of 10, deterministic ODE / DDIM η=0 steps afterwards
+    (Flow-GRPO-Fast's window, placed where layout and counts are decided). The noise is
+    sample.noise_level of the Flow-GRPO SDE for SD3 and DDIM's sample.eta for SD."""
+    config.sample.sde_type = "flow_grpo"
+    config.sample.noise_level = 0.7
+    config.sample.eta = 1.0
+    config.sample.sde_window_size = 4
+    config.sample.sde_window_range = (0, 0)
+    return config
+
+
+def sd3_quick():
+    """The quickstart: 128 images per epoch (16 prompts, 4 per task, × 8), 1 optimizer step per epoch."""
+    config = _early_window(_shapes(SHAPES_SD3))
+    config.num_epochs = 30
+    set_epoch_size(config, 128)
+    set_optimizer_batch(config, 128)
+    return config
+
+
+def sd_quick():
+    """The SD (UNet + DDIM) counterpart of sd3_quick: DDPO's stochastic DDIM (η = 1) in the same window."""
+    config = _early_window(_shapes(SHAPES_SD))
+    config.num_epochs = 30
+    set_epoch_size(config, 128)
+    set_optimizer_batch(config, 128)
+    return config
+
+
+def sd3_long():
+    """The long recipe: 512 images per epoch (64 prompts × 8), 300 epochs (153,600 images)."""
+    config = _early_window(_shapes(SHAPES_SD3))
+    config.num_epochs = 300
+    config.eval.freq = 25
+    set_epoch_size(config, 512)
+    set_optimizer_batch(config, 256)
+    return config
+
+
+def sd_long():
+    """The long recipe for the SD model (same sizes as sd3_long)."""
+    config = sd_quick()
+    config.num_epochs = 300
+    config.eval.freq = 25
+    set_epoch_size(config, 512)
+    set_optimizer_batch(config, 256)
+    return config
+
+
+def get_config(name="sd3_quick"):
+    if name not in {"sd3_quick", "sd_quick", "sd3_long", "sd_long"}:
+        raise ValueError(f"config/shapes.py has no experiment {name!r}; choose sd3_quick, sd_quick, sd3_long or sd_long")
+    return globals()[name]()
