@@ -62,29 +62,30 @@ def save_before_after(run_dir, before, after, captions) -> Path:
 
 
 def eval_table(before: dict | None, after: dict) -> str:
-    """Per-task strict / partial accuracy as aligned text: `after` alone, or `before` → `after`."""
-    tasks = [t for t in TASK_ORDER if f"eval/strict/{t}" in after] + [None]
+    """Per-task strict / partial accuracy as aligned text: `after` alone, or `before` → `after`; the last
+    row is the mean over tasks (eval/task_mean/*), the headline number."""
+    tasks = [t for t in TASK_ORDER if f"eval/strict/{t}" in after]
     kinds = ("strict", "partial")
     head = ["task".ljust(14), "n".rjust(5)]
     head += [f"{k} before".rjust(14) + " " + "after".rjust(7) for k in kinds] if before is not None else [k.rjust(7) for k in kinds]
     lines = ["  ".join(head)]
+
+    def row(label: str, n, key) -> str:  # key(kind) -> metrics key
+        cells = [label.ljust(14), str(n).rjust(5)]
+        for kind in kinds:
+            a = _fmt(after.get(key(kind))).rjust(7)
+            cells.append(_fmt(before.get(key(kind))).rjust(14) + " " + a if before is not None else a)
+        return "  ".join(cells)
+
     for task in tasks:
-        suffix = f"/{task}" if task else ""
-        n = after.get(f"eval/num_images{suffix}", "")
-        if task is None and after.get("eval/not_applicable"):
-            n = n - after["eval/not_applicable"]  # images the judge scored
-        cells = [(task or "all").ljust(14), str(n).rjust(5)]
-        for kind in kinds:
-            a = _fmt(after.get(f"eval/{kind}{suffix}")).rjust(7)
-            cells.append(_fmt(before.get(f"eval/{kind}{suffix}")).rjust(14) + " " + a if before is not None else a)
-        lines.append("  ".join(cells))
+        lines.append(row(task, after.get(f"eval/num_images/{task}", ""), lambda kind: f"eval/{kind}/{task}"))
+    n = after.get("eval/num_images", "")
+    if after.get("eval/not_applicable"):
+        n = n - after["eval/not_applicable"]  # images the judge scored
+    lines.append(row("all", n, lambda kind: f"eval/{kind}"))
     if "eval/task_mean/strict" in after:
-        cells = ["task mean".ljust(14), str(len(tasks) - 1).rjust(5)]
-        for kind in kinds:
-            key = f"eval/task_mean/{kind}"
-            a = _fmt(after.get(key)).rjust(7)
-            cells.append(_fmt(before.get(key)).rjust(14) + " " + a if before is not None else a)
-        lines.append("  ".join(cells) + "   (mean over tasks, n = tasks: the headline number)")
+        lines.append(row("task mean", len(tasks), lambda kind: f"eval/task_mean/{kind}")
+                     + "   (mean over tasks, n = tasks: the headline number)")
     if after.get("eval/not_applicable"):
         lines.append(f"({after['eval/not_applicable']} images not applicable: prompts outside the ShapesWorld grammar)")
     return "\n".join(lines)

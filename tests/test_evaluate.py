@@ -231,3 +231,16 @@ def test_default_out_and_clear_errors(tiny_dirs, tmp_path, capsys):
         evaluate_script.main(["--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
     assert exc.value.code == 2 and "--model" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_eval_table_rows_and_task_mean():
+    from ddpo_grpo.report import eval_table
+
+    rows = _rows_per_task(1)
+    after = score_images([render_prompt(r, seed=0) for r in rows], rows)
+    blank = [np.full((64, 64, 3), 255, np.uint8)] * len(rows)
+    before = score_images(blank, rows)
+    lines = eval_table(before, after).splitlines()
+    assert [line.split()[0] for line in lines] == ["task", *TASKS, "all", "task"]
+    assert lines[-1].split()[:4] == ["task", "mean", "4", "0.000"] and lines[-1].split()[4] == "1.000"
+    assert len(eval_table(None, after).splitlines()) == len(lines)
