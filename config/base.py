@@ -63,6 +63,12 @@ def get_config():
     config.train = train = ml_collections.ConfigDict()
     train.batch_size = 4  # samples per training minibatch, PER PROCESS (need not equal sample.batch_size)
     train.gradient_accumulation_steps = 1  # minibatches per optimizer step (each with all its K steps)
+    # "adamw" | "sgd". AdamW moves every parameter by about learning_rate per step whatever its
+    # gradient's size, so when a policy gradient is mostly noise (small batches) its steps are mostly
+    # noise too; SGD steps along the averaged gradient itself (step norm = learning_rate × train/grad_norm),
+    # which on the ShapesWorld models is what raises the reward (README, "ShapesWorld results").
+    train.optimizer = "adamw"
+    train.sgd_momentum = 0.0  # "sgd" only
     train.learning_rate = 3e-4
     train.adam_beta1 = 0.9
     train.adam_beta2 = 0.999

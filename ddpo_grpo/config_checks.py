@@ -120,6 +120,9 @@ def validate(config, num_processes: int = 1) -> dict:
                 )
         if s.eval_num_steps < 1:
             p.append(f"sample.eval_num_steps={s.eval_num_steps} must be ≥ 1")
+    _choice(p, "train.optimizer", config.train.get("optimizer", "adamw"), ("adamw", "sgd"))
+    if not 0.0 <= config.train.get("sgd_momentum", 0.0) < 1.0:
+        p.append(f"train.sgd_momentum={config.train.sgd_momentum} must be in [0, 1)")
     ev = config.get("eval")
     if ev is not None:
         for name in ("freq", "limit", "per_task"):

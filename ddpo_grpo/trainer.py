@@ -170,10 +170,13 @@ class Trainer:
 
     def _setup_optimizer(self):
         t = self.config.train
-        optimizer = torch.optim.AdamW(
-            list(self.params.values()), lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
-            weight_decay=t.adam_weight_decay, eps=t.adam_epsilon,
-        )
+        if t.optimizer == "sgd":
+            optimizer = torch.optim.SGD(list(self.params.values()), lr=t.learning_rate, momentum=t.sgd_momentum)
+        else:
+            optimizer = torch.optim.AdamW(
+                list(self.params.values()), lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
+                weight_decay=t.adam_weight_decay, eps=t.adam_epsilon,
+            )
         self.model, self.optimizer = self.acc.prepare(self.policy.denoiser, optimizer)
 
     def _setup_data_and_rewards(self):

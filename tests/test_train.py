@@ -268,3 +268,32 @@ def test_quickstart_one_shortened_epoch(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "held-out accuracy" in out and "task mean" in out
     assert (tmp_path / "logs" / "quick" / "final" / "pytorch_lora_weights.safetensors").is_file()
+
+
+def test_sgd_optimizer_steps_along_the_gradient(tmp_path, tiny_dirs):
+    """train.optimizer="sgd": one optimizer step moves the weights by exactly −lr × (accumulated gradient)."""
+    from ddpo_grpo.trainer import Trainer
+
+    config = _config(tmp_path, tiny_dirs["sd3"], **{
+        "train.optimizer": "sgd", "train.learning_rate": 50.0, "train.batch_size": 8,
+        "train.gradient_accumulation_steps": 1, "num_epochs": 1, "sample.batch_size": 8,
+        "sample.num_batches_per_epoch": 1,
+    })
+    trainer = Trainer(config)
+    assert isinstance(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer,
+                      torch.optim.SGD)
+    before = {k: p.detach().clone() for k, p in trainer.params.items()}
+    captured = {}
+    step = trainer.optimizer.step
+
+    def spy():  # the gradient as the optimizer sees it (after clipping)
+        captured.update({k: p.grad.detach().clone() for k, p in trainer.params.items()})
+        step()
+
+    trainer.optimizer.step = spy
+    trainer.run()
+    moved = 0
+    for k, p in trainer.params.items():
+        torch.testing.assert_close(p.detach(), before[k] - 50.0 * captured[k], rtol=1e-5, atol=1e-7)
+        moved += int((p.detach() != before[k]).any())
+    assert moved > 0
