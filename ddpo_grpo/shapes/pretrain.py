@@ -558,6 +558,23 @@ def logged_eval(pipe, per_task: int, tag: str, out: Path, log, step_fields: dict
     return res
 
 
+def save_final(trainer, load) -> Path:
+    """Save ``trainer.pipeline()`` (EMA weights) to ``<trainer.out>/final``, reload it with ``load(path)``
+    and, when ``trainer.cfg.final_eval_per_task``, evaluate the reloaded pipeline (``trainer.run_eval``)
+    into ``final_eval.json``. Shared by both pretrainers; returns the pipeline directory."""
+    final = trainer.out / FINAL_DIR
+    trainer.pipeline().save_pretrained(final, safe_serialization=True)
+    size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
+    trainer.log(f"saved pipeline to {final} ({size / 1e6:.2f} MB)")
+    pipe = load(final)
+    pipe.set_progress_bar_config(disable=True)
+    if trainer.cfg.final_eval_per_task:
+        res = trainer.run_eval(trainer.cfg.final_eval_per_task, "final",
+                               save_dir=trainer.out / "samples" / "final.png", pipe=pipe)
+        (trainer.out / "final_eval.json").write_text(json.dumps(res, indent=1))
+    return final
+
+
 def _gen_state(g: torch.Generator) -> List[int]:
     return g.get_state().tolist()
 
@@ -787,17 +804,8 @@ class Pretrainer:
         """Save the EMA pipeline to ``<out>/final`` and evaluate it as loaded back from disk."""
         from diffusers import StableDiffusion3Pipeline
 
-        final = self.out / FINAL_DIR
-        self.pipeline().save_pretrained(final, safe_serialization=True)
-        size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
-        self.log(f"saved pipeline to {final} ({size / 1e6:.2f} MB)")
-        pipe = StableDiffusion3Pipeline.from_pretrained(final, text_encoder_3=None, tokenizer_3=None)
-        pipe.set_progress_bar_config(disable=True)
-        if self.cfg.final_eval_per_task:
-            res = self.run_eval(self.cfg.final_eval_per_task, "final", save_dir=self.out / "samples" / "final.png",
-                                pipe=pipe)
-            (self.out / "final_eval.json").write_text(json.dumps(res, indent=1))
-        return final
+        return save_final(self, lambda path: StableDiffusion3Pipeline.from_pretrained(
+            path, text_encoder_3=None, tokenizer_3=None))
 
     def describe(self) -> str:
         m = self.models

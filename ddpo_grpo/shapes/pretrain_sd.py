@@ -92,7 +92,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +104,6 @@ import torch.nn.functional as F
 from ddpo_grpo.checkpoint import load_checkpoint, save_checkpoint
 from ddpo_grpo.shapes.pretrain import (
     CANVAS,
-    FINAL_DIR,
     ConfigDict,
     TaskBalancedSampler,
     _gen_state,
@@ -116,6 +114,7 @@ from ddpo_grpo.shapes.pretrain import (
     ema_update,
     logged_eval,
     render_rows,
+    save_final,
     start_or_resume,
 )
 from ddpo_grpo.shapes.prompts import load_split
@@ -442,17 +441,7 @@ class SDPretrainer:
         """Save the EMA pipeline to ``<out>/final`` and evaluate it as loaded back from disk."""
         from diffusers import StableDiffusionPipeline
 
-        final = self.out / FINAL_DIR
-        self.pipeline().save_pretrained(final, safe_serialization=True)
-        size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
-        self.log(f"saved pipeline to {final} ({size / 1e6:.2f} MB)")
-        pipe = StableDiffusionPipeline.from_pretrained(final)
-        pipe.set_progress_bar_config(disable=True)
-        if self.cfg.final_eval_per_task:
-            res = self.run_eval(self.cfg.final_eval_per_task, "final", save_dir=self.out / "samples" / "final.png",
-                                pipe=pipe)
-            (self.out / "final_eval.json").write_text(json.dumps(res, indent=1))
-        return final
+        return save_final(self, StableDiffusionPipeline.from_pretrained)
 
     def describe(self) -> str:
         counts = {k: count_params(self.models[k]) for k in ("vae", "text_encoder", "unet")}
