@@ -88,47 +88,41 @@ def _early_window(config):
     return config
 
 
+def _sized(config, *, epochs: int, images_per_epoch: int, eval_freq: int):
+    """Run length and global batch sizes; every optimizer step averages 256 images."""
+    config.num_epochs = epochs
+    config.eval.freq = eval_freq
+    set_epoch_size(config, images_per_epoch)
+    set_optimizer_batch(config, 256)
+    return config
+
+
 def sd3_quick():
     """The quickstart: 256 images per epoch (32 prompts, 8 per task, × 8), 1 optimizer step per epoch,
     16 epochs (4,096 images; ≈ 10.5 min on one CPU thread)."""
-    config = _early_window(_shapes(SHAPES_SD3))
-    config.num_epochs = 16
-    config.eval.freq = 8
-    set_epoch_size(config, 256)
-    set_optimizer_batch(config, 256)
+    return _sized(_early_window(_shapes(SHAPES_SD3)), epochs=16, images_per_epoch=256, eval_freq=8)
+
+
+def _sd():
+    config = _early_window(_shapes(SHAPES_SD))
+    config.train.learning_rate = 500.0  # SD's adapter gradients are about half as large as SD3's
     return config
 
 
 def sd_quick():
     """The SD (UNet + DDIM) counterpart of sd3_quick: DDPO's stochastic DDIM (η = 1) in the same window
     (≈ 9.5 min on one CPU thread)."""
-    config = _early_window(_shapes(SHAPES_SD))
-    config.train.learning_rate = 500.0  # SD's adapter gradients are about half as large as SD3's
-    config.num_epochs = 16
-    config.eval.freq = 8
-    set_epoch_size(config, 256)
-    set_optimizer_batch(config, 256)
-    return config
+    return _sized(_sd(), epochs=16, images_per_epoch=256, eval_freq=8)
 
 
 def sd3_long():
     """The long recipe: 512 images per epoch (64 prompts × 8), 300 epochs (153,600 images)."""
-    config = _early_window(_shapes(SHAPES_SD3))
-    config.num_epochs = 300
-    config.eval.freq = 25
-    set_epoch_size(config, 512)
-    set_optimizer_batch(config, 256)
-    return config
+    return _sized(_early_window(_shapes(SHAPES_SD3)), epochs=300, images_per_epoch=512, eval_freq=25)
 
 
 def sd_long():
     """The long recipe for the SD model (same sizes as sd3_long)."""
-    config = sd_quick()
-    config.num_epochs = 300
-    config.eval.freq = 25
-    set_epoch_size(config, 512)
-    set_optimizer_batch(config, 256)
-    return config
+    return _sized(_sd(), epochs=300, images_per_epoch=512, eval_freq=25)
 
 
 def get_config(name="sd3_quick"):
