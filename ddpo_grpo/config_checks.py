@@ -71,6 +71,9 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "logging.tracker", config.logging.tracker, TRACKERS)
     if not 0 <= s.eta <= 1:
         p.append(f"sample.eta={s.eta} must be in [0, 1] (0 = deterministic DDIM, 1 = DDPM-like)")
+    block = s.get("noise_block", 1)
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        p.append(f"sample.noise_block={block!r} must be an integer ≥ 1 (1 = isotropic noise) dividing the latent side")
     if s.noise_level < 0 or (s.sde_type == "cps" and s.noise_level > 1):
         p.append(f"sample.noise_level={s.noise_level} must be ≥ 0 (and ≤ 1 for sde_type='cps')")
     if not 0 < t.timestep_fraction <= 1:

@@ -139,7 +139,7 @@ class Trainer:
         pipeline = load_pipeline(self.model_path)
         self.policy = build_policy(
             pipeline, resolution=cfg.sample.resolution, max_sequence_length=cfg.sample.max_sequence_length,
-            sde_type=cfg.sample.sde_type,
+            sde_type=cfg.sample.sde_type, noise_block=cfg.sample.noise_block,
         )
         weight_dtype = WEIGHT_DTYPES[cfg.mixed_precision]
         pipeline.to(self.acc.device)

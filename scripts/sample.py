@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise_level", type=float, default=0.0,
                    help="kernel stochasticity: 0 = deterministic ODE / DDIM; > 0 samples with the policy's SDE (η for SD)")
     p.add_argument("--sde_type", default="flow_grpo", help="flow kernel used when --noise_level > 0 (flow models only)")
+    p.add_argument("--noise_block", type=int, default=1,
+                   help="with --noise_level > 0: noise only in the latent's b×b patch means (1 = isotropic)")
     p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
     p.add_argument("--batch_size", type=int, default=8, help="images per denoiser batch")
     p.add_argument("--images_per_prompt", type=int, default=1, help="images per prompt")
@@ -98,10 +100,12 @@ def sample(args) -> list[dict]:
     resolution = args.resolution or native_resolution(pipeline)
     try:
         policy = build_policy(
-            pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length, sde_type=args.sde_type
+            pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length, sde_type=args.sde_type,
+            noise_block=args.noise_block,
         )
     except ValueError as exc:
-        raise UsageError(f"--resolution {resolution}: {exc}") from exc
+        flag = f"--noise_block {args.noise_block}" if "noise_block" in str(exc) else f"--resolution {resolution}"
+        raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
 
     out = Path(args.out)

@@ -173,6 +173,11 @@ def test_validate_rejects_window_outside_schedule(monkeypatch):
     _rejects(fast, "sample.sde_window_size")
 
 
+def test_validate_rejects_bad_noise_block(geneval):
+    geneval.sample.noise_block = 0
+    _rejects(geneval, "sample.noise_block")
+
+
 def test_validate_rejects_unknown_sde_type(geneval):
     geneval.sample.sde_type = "ddpm"
     _rejects(geneval, "sample.sde_type")

@@ -56,17 +56,28 @@ class Policy:
     #: config field that sets the kernel's stochasticity, for messages and logs
     noise_field: ClassVar[str]
 
-    def __init__(self, pipeline, *, resolution: int, max_sequence_length: int = 77, sde_type: str = "flow_grpo"):
+    def __init__(
+        self, pipeline, *, resolution: int, max_sequence_length: int = 77, sde_type: str = "flow_grpo",
+        noise_block: int = 1,
+    ):
         """resolution: image side in pixels; max_sequence_length: text tokens of encoders that take it
-        (SD3's T5 slot); sde_type: the flow kernel (`sde.flow_sde_step`), ignored by DDIM families."""
+        (SD3's T5 slot); sde_type: the flow kernel (`sde.flow_sde_step`), ignored by DDIM families;
+        noise_block: the kernels' low-frequency exploration block (`sde.low_pass`; 1 = isotropic)."""
         self.pipeline = pipeline
         self.sde_type = sde_type
+        self.noise_block = int(noise_block)
         self.resolution = int(resolution)
         self.max_sequence_length = int(max_sequence_length)
         factor = self.vae_scale_factor
         if self.resolution % factor:
             raise ValueError(
                 f"sample.resolution={self.resolution} must be a multiple of the VAE's downsampling factor {factor}"
+            )
+        _, h, w = self.latent_shape()
+        if self.noise_block < 1 or h % self.noise_block or w % self.noise_block:
+            raise ValueError(
+                f"sample.noise_block={noise_block} must be a positive divisor of the latent side {h} "
+                f"(sample.resolution={self.resolution} / VAE factor {factor}); 1 = isotropic noise"
             )
 
     # ---- model access -------------------------------------------------------------------------
