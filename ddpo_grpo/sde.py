@@ -55,9 +55,11 @@ class Step(NamedTuple):
         prev_sample: ``[B, ...]``, dtype of ``sample``. The drawn (or scored) next state.
         log_prob: ``[B]``, float32 (float64 for float64 inputs). Gaussian log-density
             of ``prev_sample`` averaged over every non-batch dimension; exactly 0
-            for deterministic (``std == 0``) samples.
+            for deterministic (``std == 0``) samples. With ``noise_block`` b > 1: the density of
+            the k coarse coordinates ``Pᵀ prev_sample``, averaged over those k.
         mean: ``[B, ...]``, float32/float64. Mean of the Gaussian transition.
-        std: ``[B, 1, ..., 1]``, float32/float64. Standard deviation multiplying the unit noise.
+        std: ``[B, 1, ..., 1]``, float32/float64. Standard deviation multiplying the unit noise
+            (for b > 1 the unit noise is ``P z``, of orthonormal columns).
     """
 
     prev_sample: torch.Tensor
