@@ -52,9 +52,9 @@ def get_config():
     sample.noise_level = 0.7  # flow kernels' stochasticity a (flow_grpo: g = a·sqrt(σ/(1−σ)); cps: η ∈ [0,1])
     # Explore only the low-frequency part of the latent: the kernel's noise (and the policy's density)
     # lives in the subspace of noise_block × noise_block patch means, the rest of every step is the
-    # deterministic ODE / DDIM η=0 update (ddpo_grpo/sde.py, "Low-frequency exploration"). Fewer
-    # explored coordinates, less policy-gradient noise. 1 = isotropic (Flow-GRPO, DDPO); must divide
-    # the latent side (resolution / 8 for SD-family VAEs).
+    # deterministic ODE / DDIM η=0 update (ddpo_grpo/sde.py, "Low-frequency exploration"): fewer
+    # explored coordinates, meant to lower the policy-gradient noise (what it did on ShapesWorld: README).
+    # 1 = isotropic (Flow-GRPO, DDPO); must divide the latent side (resolution / 8 for SD-family VAEs).
     sample.noise_block = 1
     sample.eta = 1.0  # DDIM's η ∈ [0, 1] for SD-family models (0 = deterministic DDIM)
     sample.resolution = 512  # image side in pixels (multiple of the VAE downsampling factor)
