@@ -73,10 +73,14 @@ class Policy:
             raise ValueError(
                 f"sample.resolution={self.resolution} must be a multiple of the VAE's downsampling factor {factor}"
             )
+        if self.noise_block != 1:
+            self._check_noise_block(factor)
+
+    def _check_noise_block(self, factor: int) -> None:
         _, h, w = self.latent_shape()
         if self.noise_block < 1 or h % self.noise_block or w % self.noise_block:
             raise ValueError(
-                f"sample.noise_block={noise_block} must be a positive divisor of the latent side {h} "
+                f"sample.noise_block={self.noise_block} must be a positive divisor of the latent side {h} "
                 f"(sample.resolution={self.resolution} / VAE factor {factor}); 1 = isotropic noise"
             )
 
