@@ -15,14 +15,15 @@ def _rand(shape=SHAPE, seed=0):
 
 
 def _step(kernel, level, block, *, x=None, out=None, seed=0, prev_sample=None):
+    """One step of `kernel`; block None = the kernel called without a noise_block argument."""
     x = _rand(seed=1) if x is None else x
     out = _rand(seed=2) if out is None else out
-    gen = torch.Generator().manual_seed(seed)
+    kwargs = {"generator": torch.Generator().manual_seed(seed), "prev_sample": prev_sample}
+    if block is not None:
+        kwargs["noise_block"] = block
     if kernel == "ddim":
-        return ddim_step(out, x, 0.3, 0.5, eta=level, generator=gen, noise_block=block, prev_sample=prev_sample)
-    return flow_sde_step(
-        out, x, 0.8, 0.6, noise_level=level, sde_type=kernel, generator=gen, noise_block=block, prev_sample=prev_sample
-    )
+        return ddim_step(out, x, 0.3, 0.5, eta=level, **kwargs)
+    return flow_sde_step(out, x, 0.8, 0.6, noise_level=level, sde_type=kernel, **kwargs)
 
 
 KERNELS = ["flow_grpo", "dance", "cps", "ddim"]
@@ -38,13 +39,7 @@ def test_low_pass_is_an_orthogonal_projection():
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_block_one_is_the_isotropic_kernel(kernel):
-    a = _step(kernel, 0.7, 1)
-    default = (
-        ddim_step(_rand(seed=2), _rand(seed=1), 0.3, 0.5, eta=0.7, generator=torch.Generator().manual_seed(0))
-        if kernel == "ddim"
-        else flow_sde_step(_rand(seed=2), _rand(seed=1), 0.8, 0.6, noise_level=0.7, sde_type=kernel,
-                           generator=torch.Generator().manual_seed(0))
-    )
+    a, default = _step(kernel, 0.7, 1), _step(kernel, 0.7, None)
     assert torch.equal(a.prev_sample, default.prev_sample) and torch.equal(a.log_prob, default.log_prob)
 
 
