@@ -91,6 +91,7 @@ def sample(args) -> list[dict]:
     import torch
 
     from ddpo_grpo.policies import build_policy
+    from ddpo_grpo.policies.base import NoiseBlockError
     from ddpo_grpo.rollout import sample_rollout
 
     _check_args(args)
@@ -103,9 +104,10 @@ def sample(args) -> list[dict]:
             pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length, sde_type=args.sde_type,
             noise_block=args.noise_block,
         )
+    except NoiseBlockError as exc:
+        raise UsageError(f"--noise_block {args.noise_block}: {exc}") from exc
     except ValueError as exc:
-        flag = f"--noise_block {args.noise_block}" if "noise_block" in str(exc) else f"--resolution {resolution}"
-        raise UsageError(f"{flag}: {exc}") from exc
+        raise UsageError(f"--resolution {resolution}: {exc}") from exc
     pipeline.to(device)
 
     out = Path(args.out)

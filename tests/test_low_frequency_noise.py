@@ -129,11 +129,12 @@ def test_policy_rollout_explores_block_means_only(tiny_dirs, family):
     """Through a real policy adapter: the stochastic step's noise is constant on blocks, the stored
     log-probs rescore exactly, and a block that does not divide the latent is refused by config name."""
     from ddpo_grpo.policies import build_policy, load_pipeline
+    from ddpo_grpo.policies.base import NoiseBlockError
     from ddpo_grpo.rollout import StepPlan, sample_rollout, transition_inputs
 
     pipe = load_pipeline(tiny_dirs[family])
     side = build_policy(pipe, resolution=32).latent_shape()[-1]
-    with pytest.raises(ValueError, match=f"sample.noise_block=3 must be a positive divisor of the latent side {side}"):
+    with pytest.raises(NoiseBlockError, match=f"sample.noise_block=3 must be a positive divisor of the latent side {side}"):
         build_policy(pipe, resolution=32, noise_block=3)
     policy = build_policy(pipe, resolution=32, noise_block=2)
     model = policy.denoiser

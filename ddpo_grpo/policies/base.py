@@ -44,6 +44,10 @@ class Schedule:
         return int(self.timesteps.shape[0])
 
 
+class NoiseBlockError(ValueError):
+    """`noise_block` does not divide the latent: callers name their own flag (config field or CLI option)."""
+
+
 class Policy:
     """Base adapter. See the module docstring for what a model family implements."""
 
@@ -79,7 +83,7 @@ class Policy:
     def _check_noise_block(self, factor: int) -> None:
         _, h, w = self.latent_shape()
         if self.noise_block < 1 or h % self.noise_block or w % self.noise_block:
-            raise ValueError(
+            raise NoiseBlockError(
                 f"sample.noise_block={self.noise_block} must be a positive divisor of the latent side {h} "
                 f"(sample.resolution={self.resolution} / VAE factor {factor}); 1 = isotropic noise"
             )
