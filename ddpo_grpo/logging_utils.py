@@ -2,6 +2,8 @@
 
 ``MetricsLogger`` always writes ``<run_dir>/metrics.jsonl`` (one JSON object per
 ``log`` call, appended across resumes) and ``<run_dir>/samples/epoch_XXXXX.png``;
+a resumed run first moves the rows it will replay (epochs logged after its checkpoint) to
+``metrics.superseded.jsonl``, so that ``metrics.jsonl`` keeps one row per epoch;
 it also forwards everything to the tracker chosen by name from :data:`TRACKERS`
 ("none", "wandb", "tensorboard"). Non-main processes pass ``enabled=False`` and
 every method becomes a no-op.
@@ -86,6 +88,47 @@ def _atomic_save_png(grid: np.ndarray, path: str, captions: List[str]) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def supersede_rows(metrics_path: str, first_epoch: int) -> int:
+    """Move the rows of ``metrics_path`` with ``epoch >= first_epoch``, and any torn or unreadable
+    line, to ``metrics.superseded.jsonl`` beside it; return how many moved.
+
+    A run resumed from the checkpoint of epoch ``first_epoch - 1`` replays the later epochs (their
+    log lines were written before a crash or a stop that came before their checkpoint), so without
+    this they would appear twice. The moved rows are appended to the superseded file and fsynced
+    before ``metrics.jsonl`` is replaced atomically (temp file + ``os.replace``): a crash at any
+    point leaves every row in at least one of the two files.
+    """
+    if not os.path.isfile(metrics_path):
+        return 0
+    keep, moved = [], []
+    with open(metrics_path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+                current = line.endswith("\n") and int(row["epoch"]) < first_epoch
+            except (ValueError, KeyError, TypeError):
+                current = False
+            (keep if current else moved).append(line if line.endswith("\n") else line + "\n")
+    if not moved:
+        return 0
+    superseded = os.path.join(os.path.dirname(metrics_path), "metrics.superseded.jsonl")
+    with open(superseded, "a", encoding="utf-8") as f:
+        f.writelines(moved)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp = f"{metrics_path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(keep)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, metrics_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return len(moved)
 
 
 # ---------------------------------------------------------------------------
@@ -214,6 +257,8 @@ class MetricsLogger:
         tracker: one of :data:`TRACKERS` (``logging.tracker`` in the config).
         project, run_name, config: passed to the tracker.
         enabled: ``False`` on non-main processes: every method is a no-op.
+        resume_epoch: the first epoch a resumed run will log; earlier-logged rows of this and later
+            epochs move to ``metrics.superseded.jsonl`` (:func:`supersede_rows`). None: a fresh run.
     """
 
     def __init__(
@@ -225,6 +270,7 @@ class MetricsLogger:
         run_name: str = "run",
         config: Optional[dict] = None,
         enabled: bool = True,
+        resume_epoch: Optional[int] = None,
     ):
         if tracker not in TRACKERS:
             raise ValueError(f"logging.tracker={tracker!r} is not valid; choose one of {sorted(TRACKERS)}")
@@ -238,6 +284,7 @@ class MetricsLogger:
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
         self.samples_dir = os.path.join(self.run_dir, "samples")
         self._tracker = TRACKERS[tracker](self.run_dir, project, run_name, config)
+        self.superseded = 0 if resume_epoch is None else supersede_rows(self.metrics_path, resume_epoch)
         self._file = open(self.metrics_path, "a", encoding="utf-8")
 
     def log(self, metrics: Dict[str, Any], *, epoch: int, global_step: int) -> None:

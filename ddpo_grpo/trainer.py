@@ -96,7 +96,11 @@ class Trainer:
         self.logger = MetricsLogger(
             str(self.run_dir), tracker=config.logging.tracker, project=config.logging.project,
             run_name=self.run_dir.name, config=config.to_dict(), enabled=self.main,
+            resume_epoch=self.start_epoch if config.resume_from else None,
         )
+        if self.main and self.logger.superseded:
+            print(f"metrics.jsonl: {self.logger.superseded} row(s) logged after the checkpoint (epochs this run "
+                  f"replays) moved to metrics.superseded.jsonl", flush=True)
         self._print_startup()
 
     # ------------------------------------------------------------------ set-up

@@ -34,6 +34,25 @@ def test_jsonl_lines_nan_and_append(tmp_path):
     assert [r["global_step"] for r in _read(run / "metrics.jsonl")] == [1, 2, 3]
 
 
+def test_resume_moves_replayed_rows_aside(tmp_path):
+    run = tmp_path / "run"
+    with MetricsLogger(str(run)) as lg:
+        for epoch in range(4):
+            lg.log({"loss": float(epoch)}, epoch=epoch, global_step=epoch + 1)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 4, "glo')  # torn by a crash mid-write
+    with MetricsLogger(str(run), resume_epoch=2) as lg:  # resumed from the checkpoint of epoch 1
+        assert lg.superseded == 3
+        lg.log({"loss": 2.5}, epoch=2, global_step=3)
+    assert [(r["epoch"], r["loss"]) for r in _read(run / "metrics.jsonl")] == [(0, 0.0), (1, 1.0), (2, 2.5)]
+    moved = (run / "metrics.superseded.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in moved[:2]] == [2, 3] and moved[2] == '{"epoch": 4, "glo'
+    with MetricsLogger(str(run), resume_epoch=3) as lg:  # nothing to move: the files stay as they are
+        assert lg.superseded == 0
+    assert len((run / "metrics.superseded.jsonl").read_text().splitlines()) == 3
+    assert not [p.name for p in run.iterdir() if ".tmp" in p.name]
+
+
 def test_bad_metric_and_closed(tmp_path):
     lg = MetricsLogger(str(tmp_path))
     with pytest.raises(ValueError, match="'vec'.*scalar"):

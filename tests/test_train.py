@@ -109,12 +109,17 @@ def test_exact_resume(tmp_path, tiny_dirs):
     """2 epochs straight == 1 epoch + resume for 1 more: same weights, same metrics."""
     straight = _run(_config(tmp_path / "a", tiny_dirs["sd3"]))
     first = _run(_config(tmp_path / "b", tiny_dirs["sd3"], num_epochs=1))
+    # a crash after logging epoch 1 but before its checkpoint: the resumed run replays epoch 1
+    stale = '{"epoch": 1, "global_step": 2, "reward/mean": 123.0}\n{"epoch": 2, "glob'
+    with open(first.run_dir / "metrics.jsonl", "a") as f:
+        f.write(stale)
     resumed = _run(_config(tmp_path / "b", tiny_dirs["sd3"], resume_from=str(first.run_dir), run_name=""))
     assert resumed.run_dir == first.run_dir and resumed.start_epoch == 1
     for name, p in straight.params.items():
         assert torch.equal(p, resumed.params[name]), name
     a, b = _metrics(straight.run_dir), _metrics(resumed.run_dir)
-    assert len(b) == 2
+    assert [r["epoch"] for r in b] == [0, 1]  # one row per epoch: the stale row and the torn line moved aside
+    assert (first.run_dir / "metrics.superseded.jsonl").read_text() == stale + "\n"
     for key in ("reward/mean", "train/loss", "train/approx_kl", "train/grad_norm"):
         assert a[1][key] == b[1][key], key
 
