@@ -215,7 +215,9 @@ class PromptSampler:
             self.strata = [by_value[k] for k in sorted(by_value)]
 
     def draw(self, epoch: int, n: int) -> List[dict]:
-        """``n`` rows for ``epoch``; within a stratum without replacement if its share fits, else with.
+        """``n`` rows for ``epoch``; within a stratum without replacement if its share fits, else in
+        whole shuffled passes over the stratum plus part of one more (each row ⌊k/m⌋ or ⌈k/m⌉ times for
+        a share of k from m rows), so that no prompt gets more groups than its share requires.
 
         Returned rows are shallow copies, so callers may annotate them freely.
         """
@@ -230,10 +232,8 @@ class PromptSampler:
                 shares[s] += 1
         idx: List[int] = []
         for members, k in zip(self.strata, shares):
-            if k <= len(members):
-                picked = rng.permutation(len(members))[:k]
-            else:
-                picked = rng.integers(0, len(members), size=k)
+            passes = [rng.permutation(len(members)) for _ in range(-(-k // len(members)))]
+            picked = np.concatenate(passes)[:k] if passes else []
             idx.extend(members[j] for j in picked)
         if len(self.strata) > 1:
             idx = [idx[j] for j in rng.permutation(len(idx))]

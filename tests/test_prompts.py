@@ -86,7 +86,8 @@ def test_sampler_replacement():
     s = PromptSampler(rows, seed=0)
     got = [r["prompt"] for r in s.draw(5, 10)]
     assert sorted(got) == sorted(r["prompt"] for r in rows)  # no replacement: a permutation
-    assert len(s.draw(5, 25)) == 25
+    many = [r["prompt"] for r in s.draw(5, 25)]  # 2.5 passes: every row twice or three times
+    assert len(many) == 25 and sorted(many.count(r["prompt"]) for r in rows) == [2] * 5 + [3] * 5
     assert s.draw(5, 0) == []
     drawn = s.draw(0, 1)
     drawn[0]["prompt"] = "mutated"
@@ -177,8 +178,9 @@ def test_sampler_stratified_by_task():
     assert s.draw(3, 16) == drawn  # deterministic in (seed, epoch, n)
     odd = s.draw(4, 18)  # 18 = 4·4 + 2: two strata get one more
     assert sorted(sum(r["task"] == t for r in odd) for t in counts) == [4, 4, 5, 5]
-    big = s.draw(5, 100)  # 25 per task > 12 single-object rows: that stratum is drawn with replacement
-    assert sum(r["task"] == "single_object" for r in big) == 25
+    big = s.draw(5, 100)  # 25 per task > 12 single-object rows: that stratum is drawn in passes
+    singles = [r["prompt"] for r in big if r["task"] == "single_object"]
+    assert len(singles) == 25 and sorted(set(singles.count(p) for p in singles)) == [2, 3]
     uniform = PromptSampler(rows, seed=0).draw(3, 400)
     assert sum(r["task"] == "position" for r in uniform) > 200  # unstratified follows the rows' shares
     with pytest.raises(ValueError, match=r"stratify_by='task'.*row 0.*no field 'task'"):
