@@ -278,13 +278,15 @@ class MetricsLogger:
         self.enabled = enabled
         self._file = None
         self._tracker = None
+        self.superseded = 0  # rows moved aside on resume (see resume_epoch)
         if not enabled:
             return
         os.makedirs(self.run_dir, exist_ok=True)
         self.metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
         self.samples_dir = os.path.join(self.run_dir, "samples")
         self._tracker = TRACKERS[tracker](self.run_dir, project, run_name, config)
-        self.superseded = 0 if resume_epoch is None else supersede_rows(self.metrics_path, resume_epoch)
+        if resume_epoch is not None:
+            self.superseded = supersede_rows(self.metrics_path, resume_epoch)
         self._file = open(self.metrics_path, "a", encoding="utf-8")
 
     def log(self, metrics: Dict[str, Any], *, epoch: int, global_step: int) -> None:
