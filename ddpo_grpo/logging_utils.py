@@ -10,6 +10,7 @@ every method becomes a no-op.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import netrc
@@ -71,23 +72,30 @@ def make_grid_uint8(images: np.ndarray, nrow: Optional[int] = None, padding: int
     return grid
 
 
-def _atomic_save_png(grid: np.ndarray, path: str, captions: List[str]) -> None:
-    """Write ``grid`` as PNG to ``path`` via a temp file + ``os.replace`` (captions in a tEXt chunk)."""
-    from PIL import Image
-    from PIL.PngImagePlugin import PngInfo
-
-    info = PngInfo()
-    info.add_text("captions", json.dumps(list(captions)))
+def _atomic_write(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` via an fsynced temp file + ``os.replace`` (never half-written)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
-            Image.fromarray(grid).save(f, format="PNG", pnginfo=info)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _atomic_save_png(grid: np.ndarray, path: str, captions: List[str]) -> None:
+    """Write ``grid`` as PNG to ``path`` atomically (captions in a tEXt chunk)."""
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("captions", json.dumps(list(captions)))
+    buf = io.BytesIO()
+    Image.fromarray(grid).save(buf, format="PNG", pnginfo=info)
+    _atomic_write(path, buf.getvalue())
 
 
 def supersede_rows(metrics_path: str, first_epoch: int) -> int:
@@ -118,16 +126,7 @@ def supersede_rows(metrics_path: str, first_epoch: int) -> int:
         f.writelines(moved)
         f.flush()
         os.fsync(f.fileno())
-    tmp = f"{metrics_path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(keep)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, metrics_path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    _atomic_write(metrics_path, "".join(keep).encode("utf-8"))
     return len(moved)
 
 
