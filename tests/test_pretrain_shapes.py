@@ -82,9 +82,15 @@ def test_pretrain_checkpoint_resume_and_pipeline(tmp_path):
     log = [json.loads(line) for line in (out / P.LOG_FILE).read_text().splitlines()]
     assert any(r.get("eval") == "final" for r in log) and any("flow_step" in r and "loss" in r for r in log)
 
-    # a larger --flow_steps extends a finished run (evaluation flags may change too)
-    script.main(argv[:-4] + ["--flow_steps", "4", "--final_eval_per_task", "0", "--resume"])
+    # a larger --flow_steps extends a finished run (evaluation flags and caption_noise may change too),
+    # also from a checkpoint written before caption_noise existed (its config lacks the field)
+    state_file = out / "checkpoints" / "epoch_000005" / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["config"]["caption_noise"]
+    state_file.write_text(json.dumps(state))
+    script.main(argv[:-4] + ["--flow_steps", "4", "--final_eval_per_task", "0", "--caption_noise", "0.5", "--resume"])
     assert list_checkpoints(out)[-1].name == "epoch_000006"
+    assert load_checkpoint(out / "checkpoints" / "epoch_000006")["state"]["config"]["caption_noise"] == 0.5
 
     pipe = StableDiffusion3Pipeline.from_pretrained(out / "final", text_encoder_3=None, tokenizer_3=None)
     assert pipe.vae.config.scaling_factor == pytest.approx(ref["state"]["vae_stats"]["scaling_factor"])
@@ -125,6 +131,9 @@ def test_pretrain_sd_resume_and_pipeline(tmp_path):
         for k, v in sd.items():
             assert torch.equal(v, again["tensors"][stem][k]), (stem, k)
     assert json.loads((out / "final_eval.json").read_text())["eval"] == "final"
+    # continue one more step on noisy captions (caption_noise may change on --resume)
+    script.main(argv[:-4] + ["--steps", "5", "--caption_noise", "0.5", "--final_eval_per_task", "0", "--resume"])
+    assert load_checkpoint(out / "checkpoints" / "epoch_000005")["state"]["config"]["caption_noise"] == 0.5
 
     pipe = StableDiffusionPipeline.from_pretrained(out / "final")
     stats = ref["state"]["latent_stats"]
@@ -156,3 +165,34 @@ def test_sd_text_encoder_keeps_sd3_penultimate_features():
         h = src(ids, output_hidden_states=True).hidden_states[-2]  # what the SD3 transformer was trained on
         torch.testing.assert_close(S.encode_prompts(prompts, models["tokenizer"], models["text_encoder"]),
                                    src.text_model.final_layer_norm(h))
+
+
+def test_near_miss_breaks_the_caption_with_its_own_objects():
+    """Every near miss is a valid scene that fails its caption, drawn from the caption's colour–shape pairs."""
+    from ddpo_grpo.shapes.prompts import constraints_of, load_split
+    from ddpo_grpo.shapes.world import Constraints, sample_scene, scene_satisfies
+
+    rng = np.random.default_rng(0)
+    seen = set()
+    for row in load_split("train"):
+        spec = P.near_miss(row, rng)
+        scene = sample_scene(spec, rng)
+        caption = constraints_of(row)
+        assert not scene_satisfies(scene, caption), (row["prompt"], spec)
+        assert {(o.color, o.shape) for o in scene} <= {o.pair for o in caption.objects}, row["prompt"]
+        got = Constraints.from_row(spec)
+        seen.add((row["task"], got.task, got.num_objects if got.relation is None else got.relation == row["relation"]))
+    assert {("single_object", "counting", 2), ("counting", "single_object", 1), ("counting", "counting", 3),
+            ("two_object", "single_object", 1), ("two_object", "counting", 2), ("position", "position", False)} <= seen
+
+
+def test_scene_specs_rate_and_clean_default():
+    rows = [{"task": "counting", "objects": [{"color": "red", "shape": "circle", "count": 3}], "relation": None}] * 4000
+    rng = np.random.default_rng(0)
+    before = rng.bit_generator.state
+    assert P.scene_specs(rows, rng, 0.0) == rows and rng.bit_generator.state == before  # draws nothing
+    specs = P.scene_specs(rows, rng, 0.3)
+    missed = sum(s is not r for s, r in zip(specs, rows)) / len(rows)
+    assert 0.27 < missed < 0.33  # binomial SE 0.007
+    with pytest.raises(ValueError, match="caption_noise"):
+        P.tiny_config(caption_noise=1.0).validate()

@@ -61,6 +61,15 @@ uniformly, then a fresh scene with :func:`~ddpo_grpo.shapes.world.sample_scene` 
 (rendering + encoding cost ~12 % of a step); ``noise_per_image = K > 1`` reuses each image K times
 in its batch with independent ``t`` and ε, to save that cost.
 
+Caption noise (``caption_noise = p``, flow stage only): with probability ``p`` an image is rendered
+for a *near miss* of its caption (:func:`near_miss`: a count off by one, one of two objects dropped
+or doubled, the relation flipped) while the caption stays. Web alt-text is mis-captioned in the same
+way, and a model trained on it learns to make those mistakes at about that rate. It then knows the
+right image, but samples the wrong one a fraction of the time. Removing those samples is what RL
+fine-tuning is good at. Only the caption's own colour–shape pairs are drawn, so no held-out
+composition leaks into training. ``p`` may change on ``--resume`` (pretrain clean, then continue
+noisy).
+
 Checkpoints (``<out>/checkpoints/epoch_<global step>``) hold every model (VAE, text encoders,
 transformer and its EMA), the optimizer, the data / noise RNG states and the config, so
 ``--resume`` continues bit-exactly (same thread count). The final pipeline (EMA weights) is saved
@@ -89,7 +98,7 @@ import torch.nn.functional as F
 
 from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from ddpo_grpo.shapes.prompts import load_split
-from ddpo_grpo.shapes.world import COLORS, COUNT_WORDS, RELATIONS, SHAPES, TASKS, render, sample_scene
+from ddpo_grpo.shapes.world import COLORS, COUNT_WORDS, OPPOSITE, RELATIONS, SHAPES, TASKS, render, sample_scene
 
 LOG_FILE = "pretrain_log.jsonl"
 FINAL_DIR = "final"
@@ -124,6 +133,10 @@ class PretrainConfig(ConfigDict):
     seed: int = 0
     # ---- data ----
     task_weights: Tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # sampling weight of each task in TASKS order
+    # fraction of flow-stage images rendered for a near miss of their caption (:func:`near_miss`), like
+    # the mis-captioned share of web alt-text: the model learns to make those mistakes at about that
+    # rate. 0 = every image matches its caption (and draws nothing extra from the data RNG)
+    caption_noise: float = 0.0
     # ---- stage 1: VAE ----
     vae_channels: Tuple[int, ...] = (16, 32, 64)  # block_out_channels; len-1 downsamples (3 -> 64/4 = 16)
     vae_layers_per_block: int = 1
@@ -193,6 +206,7 @@ class PretrainConfig(ConfigDict):
             raise ValueError(f"max_length={self.max_length} < 12 would truncate the longest ShapesWorld prompts")
         if self.max_null_tokens < 1:
             raise ValueError("max_null_tokens must be >= 1")
+        check_caption_noise(self.caption_noise)
 
     @property
     def latent_side(self) -> int:
@@ -430,6 +444,52 @@ class TaskBalancedSampler:
             rows = self.by_task[TASKS[int(rng.choice(len(TASKS), p=self.p))]]
             out.append(rows[int(rng.integers(len(rows)))])
         return out
+
+
+def check_caption_noise(p: float) -> None:
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"caption_noise must be in [0, 1) (the fraction of images that miss their caption); got {p}")
+
+
+def _group(spec: dict, count: int) -> dict:
+    return {"color": spec["color"], "shape": spec["shape"], "count": count}
+
+
+def near_miss(row: dict, rng: np.random.Generator) -> dict:
+    """A scene spec one mistake away from ``row``'s caption, built from the caption's own objects only.
+
+    single object → two of it; counting n → n ± 1 (equally likely; 4 + 1 becomes 3, 2 − 1 a single
+    object); two objects → one of them alone or twice (each 1/4); position → the relation flipped.
+    No colour or shape is changed, so no colour–shape pair outside the caption (e.g. a held-out test
+    composition) is ever drawn.
+    """
+    task, objs = row["task"], row["objects"]
+    if task == "single_object":
+        return {"task": "counting", "objects": [_group(objs[0], 2)], "relation": None}
+    if task == "counting":
+        n = objs[0]["count"] + (1 if rng.random() < 0.5 else -1)
+        n = 3 if n > max(COUNT_WORDS) else n
+        if n == 1:
+            return {"task": "single_object", "objects": [_group(objs[0], 1)], "relation": None}
+        return {"task": "counting", "objects": [_group(objs[0], n)], "relation": None}
+    if task == "two_object":
+        keep = objs[int(rng.integers(2))]
+        if rng.random() < 0.5:
+            return {"task": "single_object", "objects": [_group(keep, 1)], "relation": None}
+        return {"task": "counting", "objects": [_group(keep, 2)], "relation": None}
+    if task == "position":
+        return {"task": "position", "objects": objs, "relation": OPPOSITE[row["relation"]]}
+    raise ValueError(f"unknown task {task!r}; tasks: {', '.join(TASKS)}")
+
+
+def scene_specs(rows: Sequence[dict], rng: np.random.Generator, caption_noise: float) -> List[dict]:
+    """What to render for each captioned row: the row itself, or with probability ``caption_noise`` a near miss.
+
+    ``caption_noise = 0`` returns ``rows`` without touching ``rng``, so clean runs draw exactly as before.
+    """
+    if caption_noise <= 0:
+        return list(rows)
+    return [near_miss(r, rng) if rng.random() < caption_noise else r for r in rows]
 
 
 def render_rows(rows: Sequence[dict], rng: np.random.Generator) -> torch.Tensor:
@@ -699,7 +759,7 @@ class Pretrainer:
         cfg, m, g = self.cfg, self.models, self.gen
         n_img = cfg.batch_size // cfg.noise_per_image
         rows = self.sampler.sample(self.rng, n_img)
-        x = render_rows(rows, self.rng)
+        x = render_rows(scene_specs(rows, self.rng, cfg.caption_noise), self.rng)  # captions stay rows' prompts
         with torch.no_grad():
             z0 = m["vae"].encode(x).latent_dist.sample(generator=g)
             z0 = (z0 - self.vae_stats["shift_factor"]) * self.vae_stats["scaling_factor"]  # [n, 4, h, w]
@@ -819,8 +879,9 @@ class Pretrainer:
 #: config fields a resumed run may change. Evaluation/bookkeeping fields leave the training trajectory
 #: untouched (evaluation uses its own generators). ``flow_steps`` *extends* a run: the cosine LR
 #: schedule is re-stretched over the new total from the current step on, so the result is no longer
-#: identical to a run launched with that length.
-RESUME_MUTABLE = ("flow_steps", "eval_every", "eval_per_task", "final_eval_per_task", "ckpt_every",
+#: identical to a run launched with that length. ``caption_noise`` changes the data from the current
+#: step on (the two-phase recipe: pretrain clean, then continue on noisy captions).
+RESUME_MUTABLE = ("flow_steps", "caption_noise", "eval_every", "eval_per_task", "final_eval_per_task", "ckpt_every",
                   "keep_last", "log_every")
 
 
@@ -858,7 +919,8 @@ def start_or_resume(trainer_cls, mutable: Sequence[str], cfg, out_dir, resume: b
                              f"{saved['global_step']}; give more steps")
         if conf != saved["config"]:
             log("resuming with changed settings: " + ", ".join(
-                f"{k}={conf[k]} (was {saved['config'][k]})" for k in conf if conf[k] != saved["config"][k]))
+                f"{k}={conf[k]} (was {saved['config'].get(k, 'unset')})" for k in conf
+                if conf[k] != saved["config"].get(k)))
         trainer = trainer_cls(new_cfg, out, log=log)
         trainer.restore(existing[-1])
     else:

@@ -110,11 +110,13 @@ from ddpo_grpo.shapes.pretrain import (
     _lr_at,
     _set_gen_state,
     append_log,
+    check_caption_noise,
     count_params,
     ema_update,
     logged_eval,
     render_rows,
     save_final,
+    scene_specs,
     start_or_resume,
 )
 from ddpo_grpo.shapes.prompts import load_split
@@ -159,6 +161,7 @@ class PretrainSDConfig(ConfigDict):
     grad_clip: float = 1.0
     ema_decay: float = 0.999
     cond_dropout: float = 0.1  # fraction of prompts replaced by "" (classifier-free guidance)
+    caption_noise: float = 0.0  # fraction of images rendered for a near miss of their caption (pretrain.near_miss)
     # ---- evaluation (ShapesWorld judge on test-split prompts, DDIM eta=0 through the pipeline) ----
     eval_every: int = 1000  # steps; 0 = only at the end
     eval_per_task: int = 16
@@ -195,6 +198,7 @@ class PretrainSDConfig(ConfigDict):
             raise ValueError(f"text_lr_ratio must be >= 0 (0 freezes the text encoder); got {self.text_lr_ratio}")
         if not 0.0 <= self.cond_dropout < 1.0:
             raise ValueError(f"cond_dropout must be in [0, 1); got {self.cond_dropout}")
+        check_caption_noise(self.caption_noise)
 
 
 def tiny_config(**overrides) -> PretrainSDConfig:
@@ -370,7 +374,7 @@ class SDPretrainer:
         cfg, m, g = self.cfg, self.models, self.gen
         k = cfg.noise_per_image
         rows = self.sampler.sample(self.rng, cfg.batch_size // k)
-        x = render_rows(rows, self.rng)  # [n, 3, 64, 64]
+        x = render_rows(scene_specs(rows, self.rng, cfg.caption_noise), self.rng)  # [n, 3, 64, 64]
         with torch.no_grad():
             z0 = m["vae"].encode(x).latent_dist.sample(generator=g) * self.latent_stats["scaling_factor"]  # [n, 4, h, w]
         z0 = z0.repeat_interleave(k, 0)  # [B, 4, h, w]
@@ -453,9 +457,10 @@ class SDPretrainer:
 
 
 #: config fields a resumed run may change (see :data:`ddpo_grpo.shapes.pretrain.RESUME_MUTABLE`); a
-#: larger ``steps`` extends a run, re-stretching the cosine LR schedule over the new total.
-RESUME_MUTABLE = ("steps", "eval_every", "eval_per_task", "final_eval_per_task", "ckpt_every", "keep_last",
-                  "log_every")
+#: larger ``steps`` extends a run, re-stretching the cosine LR schedule over the new total;
+#: ``caption_noise`` changes the data from the current step on.
+RESUME_MUTABLE = ("steps", "caption_noise", "eval_every", "eval_per_task", "final_eval_per_task", "ckpt_every",
+                  "keep_last", "log_every")
 
 
 def run(cfg: PretrainSDConfig, out_dir, resume: bool = False, log=print, overrides: Optional[dict] = None) -> Path:
