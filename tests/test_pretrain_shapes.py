@@ -194,5 +194,17 @@ def test_scene_specs_rate_and_clean_default():
     specs = P.scene_specs(rows, rng, 0.3)
     missed = sum(s is not r for s, r in zip(specs, rows)) / len(rows)
     assert 0.27 < missed < 0.33  # binomial SE 0.007
-    with pytest.raises(ValueError, match="caption_noise"):
-        P.tiny_config(caption_noise=1.0).validate()
+
+
+@pytest.mark.parametrize("arch", ["sd3", "sd"])
+@pytest.mark.parametrize("bad, match", [({"caption_noise": 1.0}, "caption_noise"), ({"caption_noise": -0.1}, "caption_noise"),
+                                        ({"task_weights": (1.0, 1.0)}, "task_weights"),
+                                        ({"batch_size": 5, "noise_per_image": 2}, "noise_per_image"),
+                                        ({"cond_dropout": 1.0}, "cond_dropout")])
+def test_config_data_fields_checked(arch, bad, match):
+    from ddpo_grpo.shapes import pretrain_sd as S
+
+    tiny = {"sd3": P.tiny_config, "sd": S.tiny_config}[arch]
+    tiny().validate()
+    with pytest.raises(ValueError, match=match):
+        tiny(**bad).validate()

@@ -192,21 +192,16 @@ class PretrainConfig(ConfigDict):
         return self.vae_steps + self.flow_steps
 
     def validate(self) -> None:
-        if len(self.task_weights) != len(TASKS) or min(self.task_weights) < 0 or sum(self.task_weights) <= 0:
-            raise ValueError(f"task_weights needs {len(TASKS)} non-negative weights ({', '.join(TASKS)}), "
-                             f"not all zero; got {self.task_weights}")
+        validate_data_fields(self)
         factor = 2 ** (len(self.vae_channels) - 1)
         if CANVAS % factor:
             raise ValueError(f"vae_channels {self.vae_channels}: 64 must be divisible by 2**(levels-1) = {factor}")
-        if self.batch_size % self.noise_per_image:
-            raise ValueError(f"batch_size={self.batch_size} must be a multiple of noise_per_image={self.noise_per_image}")
         if self.latent_side % 2:
             raise ValueError(f"latent side {self.latent_side} must be even (patch size 2)")
         if self.max_length < 12:
             raise ValueError(f"max_length={self.max_length} < 12 would truncate the longest ShapesWorld prompts")
         if self.max_null_tokens < 1:
             raise ValueError("max_null_tokens must be >= 1")
-        check_caption_noise(self.caption_noise)
 
     @property
     def latent_side(self) -> int:
@@ -446,9 +441,19 @@ class TaskBalancedSampler:
         return out
 
 
-def check_caption_noise(p: float) -> None:
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"caption_noise must be in [0, 1) (the fraction of images that miss their caption); got {p}")
+def validate_data_fields(cfg) -> None:
+    """Checks of the data fields both pretraining configs share (this module's and ``pretrain_sd``'s)."""
+    w = cfg.task_weights
+    if len(w) != len(TASKS) or min(w) < 0 or sum(w) <= 0:
+        raise ValueError(f"task_weights needs {len(TASKS)} non-negative weights ({', '.join(TASKS)}), "
+                         f"not all zero; got {w}")
+    if cfg.batch_size % cfg.noise_per_image:
+        raise ValueError(f"batch_size={cfg.batch_size} must be a multiple of noise_per_image={cfg.noise_per_image}")
+    if not 0.0 <= cfg.cond_dropout < 1.0:
+        raise ValueError(f"cond_dropout must be in [0, 1); got {cfg.cond_dropout}")
+    if not 0.0 <= cfg.caption_noise < 1.0:
+        raise ValueError(f"caption_noise must be in [0, 1) (the fraction of images that miss their caption); "
+                         f"got {cfg.caption_noise}")
 
 
 def _group(spec: dict, count: int) -> dict:

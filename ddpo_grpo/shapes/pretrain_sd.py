@@ -110,7 +110,6 @@ from ddpo_grpo.shapes.pretrain import (
     _lr_at,
     _set_gen_state,
     append_log,
-    check_caption_noise,
     count_params,
     ema_update,
     logged_eval,
@@ -118,9 +117,9 @@ from ddpo_grpo.shapes.pretrain import (
     save_final,
     scene_specs,
     start_or_resume,
+    validate_data_fields,
 )
 from ddpo_grpo.shapes.prompts import load_split
-from ddpo_grpo.shapes.world import TASKS
 from ddpo_grpo.shipped import SHAPES_SD3
 
 PREDICTION_TYPES = ("epsilon", "v_prediction")
@@ -178,9 +177,7 @@ class PretrainSDConfig(ConfigDict):
         return self.steps
 
     def validate(self) -> None:
-        if len(self.task_weights) != len(TASKS) or min(self.task_weights) < 0 or sum(self.task_weights) <= 0:
-            raise ValueError(f"task_weights needs {len(TASKS)} non-negative weights ({', '.join(TASKS)}), "
-                             f"not all zero; got {self.task_weights}")
+        validate_data_fields(self)
         if len(self.unet_attention) != len(self.unet_channels) or set(self.unet_attention) - {0, 1}:
             raise ValueError(f"unet_attention needs one 0/1 flag per level of unet_channels {self.unet_channels}; "
                              f"got {self.unet_attention}")
@@ -190,15 +187,10 @@ class PretrainSDConfig(ConfigDict):
                                  f"{self.unet_norm_groups} (and of unet_heads={self.unet_heads} where attention is on)")
         if self.prediction_type not in PREDICTION_TYPES:
             raise ValueError(f"prediction_type {self.prediction_type!r} not in {PREDICTION_TYPES}")
-        if self.batch_size % self.noise_per_image:
-            raise ValueError(f"batch_size={self.batch_size} must be a multiple of noise_per_image={self.noise_per_image}")
         if self.text_layers < 1:
             raise ValueError("text_layers must be >= 1")
         if not 0.0 <= self.text_lr_ratio:
             raise ValueError(f"text_lr_ratio must be >= 0 (0 freezes the text encoder); got {self.text_lr_ratio}")
-        if not 0.0 <= self.cond_dropout < 1.0:
-            raise ValueError(f"cond_dropout must be in [0, 1); got {self.cond_dropout}")
-        check_caption_noise(self.caption_noise)
 
 
 def tiny_config(**overrides) -> PretrainSDConfig:
