@@ -64,10 +64,10 @@ in its batch with independent ``t`` and ε, to save that cost.
 Caption noise (``caption_noise = p``, flow stage only): with probability ``p`` an image is rendered
 for a *near miss* of its caption (:func:`near_miss`: a count off by one, one of two objects dropped
 or doubled, the relation flipped) while the caption stays. Web alt-text is mis-captioned in the same
-way, and a model trained on it learns to make those mistakes at about that rate. It then knows the
-right image, but samples the wrong one a fraction of the time. Removing those samples is what RL
-fine-tuning is good at. Only the caption's own colour–shape pairs are drawn, so no held-out
-composition leaks into training. ``p`` may change on ``--resume`` (pretrain clean, then continue
+way, and a model trained on it learns to make those mistakes at about that rate: it knows the right
+image but samples a wrong one part of the time, the situation RL fine-tuning is meant to fix. (At
+these model sizes it did not make RL faster; see the README's ShapesWorld experiments.) Only the
+caption's own colour–shape pairs are drawn, so no held-out composition leaks into training. ``p`` may change on ``--resume`` (pretrain clean, then continue
 noisy).
 
 Checkpoints (``<out>/checkpoints/epoch_<global step>``) hold every model (VAE, text encoders,
