@@ -47,7 +47,9 @@ def get_config():
     sample.batch_size = 8  # images per sampling batch, PER PROCESS
     sample.group_size = 4  # images per prompt (GRPO group, ≥ 2); a group may span batches and processes
     sample.num_batches_per_epoch = 2  # sampling batches per process per epoch
-    sample.share_group_noise = False  # True: the members of a group start from the same initial noise
+    # True: the members of a group start from the same initial noise; a prompt drawn into two groups of
+    # an epoch then keeps them apart in the zscore / mean / global_std advantages (advantages.group_keys)
+    sample.share_group_noise = False
     sample.sde_type = "flow_grpo"  # flow models' kernel: "flow_grpo" | "dance" | "cps" (see ddpo_grpo/sde.py)
     sample.noise_level = 0.7  # flow kernels' stochasticity a (flow_grpo: g = a·sqrt(σ/(1−σ)); cps: η ∈ [0,1])
     # Explore only the low-frequency part of the latent: the kernel's noise (and the policy's density)

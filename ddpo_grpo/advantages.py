@@ -52,9 +52,11 @@ import numpy as np
 
 __all__ = [
     "ADVANTAGE_MODES",
+    "BATCH_MODES",
     "FLAT_RTOL",
     "PerPromptStatTracker",
     "compute_advantages",
+    "group_keys",
 ]
 
 #: Relative tolerance below which a set of rewards counts as having zero spread.
@@ -214,6 +216,24 @@ ADVANTAGE_MODES: Dict[str, Callable] = {
     "buffer": _mode_buffer,
     "running": _mode_running,
 }
+
+
+#: Modes whose groups are this batch's samples alone (no per-prompt history across batches).
+BATCH_MODES = ("zscore", "mean", "global_std")
+
+
+def group_keys(group_prompts: Sequence[str], group_size: int, mode: str, shared_noise: bool) -> list[str]:
+    """The stat tracker's key of every sample, for ``len(group_prompts)`` consecutive groups of ``group_size``.
+
+    The key is the group's prompt, so two groups of one prompt in a batch form one larger group, except
+    when the groups' members share an initial noise (``sample.share_group_noise``) and ``mode`` is a
+    :data:`BATCH_MODES` mode. There each group started from its own initial noise, which the policy does
+    not choose; merging them would put the reward difference between the two noises into the advantages,
+    the very term shared noise removes. So each group keeps its own key (prompt + group index). The
+    history modes (buffer, running) always key by prompt, since their history is per prompt.
+    """
+    by_slot = shared_noise and mode in BATCH_MODES
+    return [f"{p}\x00{g}" if by_slot else p for g, p in enumerate(group_prompts) for _ in range(group_size)]
 
 
 class PerPromptStatTracker:

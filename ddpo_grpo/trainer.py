@@ -33,7 +33,7 @@ import torch
 
 from ddpo_grpo import checkpoint as ckpt
 from ddpo_grpo import report
-from ddpo_grpo.advantages import RewardAdvantages
+from ddpo_grpo.advantages import RewardAdvantages, group_keys
 from ddpo_grpo.config_checks import validate
 from ddpo_grpo.logging_utils import MetricsLogger
 from ddpo_grpo.losses import aggregation_weight, kl_estimator, policy_loss
@@ -287,8 +287,9 @@ class Trainer:
         rows, _ = self.epoch_items(epoch)
         all_per_reward = {name: self._gather(v) for name, v in per_reward.items()}  # process-major = global order
         combined = self.reward.combine(all_per_reward)  # [N]
-        prompts = [rows[i // self.config.sample.group_size]["prompt"] for i in range(len(combined))]
-        advantages, adv_stats = self.tracker(prompts, all_per_reward, combined)
+        s = self.config.sample
+        keys = group_keys([r["prompt"] for r in rows], s.group_size, self.config.train.adv_mode, s.share_group_noise)
+        advantages, adv_stats = self.tracker(keys[: len(combined)], all_per_reward, combined)
         stats = dict(self.reward.stats(all_per_reward, combined))
         stats.update(adv_stats)
         stats["reward/frac_nan"] = float(np.isnan(combined).mean())

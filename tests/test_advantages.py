@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from ddpo_grpo.advantages import ADVANTAGE_MODES, PerPromptStatTracker, compute_advantages
+from ddpo_grpo.advantages import ADVANTAGE_MODES, BATCH_MODES, PerPromptStatTracker, compute_advantages, group_keys
 
 # Interleaved batch: group a = [1, 3] (mu 2, sigma 1), b = [2, 6] (mu 4, sigma 2),
 # c = [5, 5] (flat), d = [7] (single member).
@@ -216,3 +216,20 @@ def test_reward_advantages_nan_means_not_applicable_and_state_roundtrip():
     np.testing.assert_array_equal(clone(prompts, per, per["r"])[0], tracker(prompts, per, per["r"])[0])
     with pytest.raises(ValueError, match="reward.aggregation"):
         RewardAdvantages({"r": 1.0}, "sum")
+
+
+@pytest.mark.parametrize("mode", sorted(ADVANTAGE_MODES))
+def test_group_keys_keep_shared_noise_groups_apart(mode):
+    """Two groups of one prompt: merged, unless they share initial noise in a batch-only mode."""
+    rewards = np.array([1.0, 1.0, 0.0, 0.0])  # group 0 all 1, group 1 all 0
+    apart = shared = group_keys(["p", "p"], 2, mode, shared_noise=True)
+    merged = group_keys(["p", "p"], 2, mode, shared_noise=False)
+    assert merged == ["p"] * 4 and len(set(group_keys(["p", "q"], 2, mode, True))) == 2
+    if mode in BATCH_MODES:
+        assert len(set(apart)) == 2
+        adv, stats = compute_advantages(shared, rewards, mode=mode)
+        assert np.all(adv == 0.0) and stats["adv/num_groups"] == 2  # each group is flat on its own
+        adv, _ = compute_advantages(merged, rewards, mode=mode)
+        assert adv[0] > 0 > adv[2]  # merged, the initial-noise difference becomes the advantage
+    else:
+        assert shared == merged  # history modes always key by prompt

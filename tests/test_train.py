@@ -229,6 +229,23 @@ def test_group_members_share_initial_noise_when_asked(tmp_path, tiny_dirs):
     assert not torch.equal(rollout.latents[0, -1], rollout.latents[1, -1])  # SDE noise still differs
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_repeated_prompt_groups_with_shared_noise_stay_apart(tmp_path, tiny_dirs, shared):
+    """The trainer keys the stat tracker by group when groups share initial noise (advantages.group_keys)."""
+    from ddpo_grpo.trainer import Trainer
+
+    trainer = Trainer(_config(tmp_path, tiny_dirs["sd3"], **{"sample.share_group_noise": shared}))
+    rows, items = trainer.epoch_items(0)
+    trainer.epoch_items = lambda epoch: ([rows[0]] * len(rows), items)  # both groups draw one prompt
+    per_reward = {"jpeg_compressibility": np.array([1.0] * 4 + [0.0] * 4)}  # group 0 all 1, group 1 all 0
+    advantages, stats = trainer.advantage_phase(0, per_reward)
+    assert stats["adv/num_groups"] == (2 if shared else 1)
+    if shared:
+        assert torch.all(advantages == 0)
+    else:
+        assert torch.all(advantages[:4] > 0) and torch.all(advantages[4:] < 0)
+
+
 def test_async_reward_scoring_gives_the_same_scores(tmp_path, tiny_dirs):
     from ddpo_grpo.trainer import Trainer
 
