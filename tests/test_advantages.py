@@ -222,11 +222,11 @@ def test_reward_advantages_nan_means_not_applicable_and_state_roundtrip():
 def test_group_keys_keep_shared_noise_groups_apart(mode):
     """Two groups of one prompt: merged, unless they share initial noise in a batch-only mode."""
     rewards = np.array([1.0, 1.0, 0.0, 0.0])  # group 0 all 1, group 1 all 0
-    apart = shared = group_keys(["p", "p"], 2, mode, shared_noise=True)
+    shared = group_keys(["p", "p"], 2, mode, shared_noise=True)
     merged = group_keys(["p", "p"], 2, mode, shared_noise=False)
     assert merged == ["p"] * 4 and len(set(group_keys(["p", "q"], 2, mode, True))) == 2
     if mode in BATCH_MODES:
-        assert len(set(apart)) == 2
+        assert len(set(shared)) == 2
         adv, stats = compute_advantages(shared, rewards, mode=mode)
         assert np.all(adv == 0.0) and stats["adv/num_groups"] == 2  # each group is flat on its own
         adv, _ = compute_advantages(merged, rewards, mode=mode)

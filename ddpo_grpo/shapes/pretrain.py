@@ -67,8 +67,8 @@ or doubled, the relation flipped) while the caption stays. Web alt-text is mis-c
 way, and a model trained on it learns to make those mistakes at about that rate: it knows the right
 image but samples a wrong one part of the time, the situation RL fine-tuning is meant to fix. (At
 these model sizes it did not make RL faster; see the README's ShapesWorld experiments.) Only the
-caption's own colour–shape pairs are drawn, so no held-out composition leaks into training. ``p`` may change on ``--resume`` (pretrain clean, then continue
-noisy).
+caption's own colour–shape pairs are drawn, so no held-out composition leaks into training. ``p``
+may change on ``--resume`` (pretrain clean, then continue noisy).
 
 Checkpoints (``<out>/checkpoints/epoch_<global step>``) hold every model (VAE, text encoders,
 transformer and its EMA), the optimizer, the data / noise RNG states and the config, so
@@ -473,7 +473,8 @@ def near_miss(row: dict, rng: np.random.Generator) -> dict:
         return {"task": "counting", "objects": [_group(objs[0], 2)], "relation": None}
     if task == "counting":
         n = objs[0]["count"] + (1 if rng.random() < 0.5 else -1)
-        n = 3 if n > max(COUNT_WORDS) else n
+        top = max(COUNT_WORDS)
+        n = top - 1 if n > top else n
         if n == 1:
             return {"task": "single_object", "objects": [_group(objs[0], 1)], "relation": None}
         return {"task": "counting", "objects": [_group(objs[0], n)], "relation": None}
