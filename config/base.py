@@ -137,7 +137,9 @@ def get_config():
 
     # ---- evaluation (ShapesWorld judge; ddpo_grpo/evaluation.py, scripts/evaluate.py) ------------
     config.eval = evaluation = ml_collections.ConfigDict()
-    evaluation.freq = 0  # evaluate every N epochs (and after the last one), logging eval/* keys; 0 = never
+    # evaluate once before training (report/before.json) and after every N epochs of training (epochs
+    # N−1, 2N−1, … and the last), logging eval/* keys; 0 = never
+    evaluation.freq = 0
     evaluation.prompts = "shapes_test"  # prompt source whose rows the ShapesWorld judge can score
     evaluation.limit = 0  # evaluate only the first N prompts (0 = all)
     evaluation.images_per_prompt = 1  # deterministic samples (ODE / DDIM η=0, sample.eval_num_steps) per prompt
@@ -150,7 +152,7 @@ def get_config():
     config.logging = logging = ml_collections.ConfigDict()
     logging.tracker = "wandb"  # "wandb" (offline unless logged in) | "tensorboard" | "none"; metrics.jsonl always
     logging.project = "ddpo_grpo"  # wandb project
-    logging.image_freq = 1  # save a grid of deterministic samples every N epochs; 0 = never
+    logging.image_freq = 1  # save a grid of deterministic samples after every N epochs (and the last); 0 = never
     logging.num_images = 8  # images in that grid (the first prompts of the source, fixed seeds)
     logging.progress = True  # tqdm progress bars for sampling and training
 

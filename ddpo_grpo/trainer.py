@@ -431,7 +431,7 @@ class Trainer:
             if self.reference is not None:
                 self.reference.after_epoch(epoch)
             last = epoch == cfg.num_epochs - 1
-            if cfg.eval.freq and (epoch % cfg.eval.freq == 0 or last):
+            if _due(epoch, cfg.eval.freq, last):
                 start = time.perf_counter()
                 metrics.update(self.evaluate())
                 timing["eval"] = time.perf_counter() - start
@@ -441,9 +441,9 @@ class Trainer:
             self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
             if self.main:
                 print(_summary(epoch, metrics), flush=True)
-            if cfg.logging.image_freq and (epoch % cfg.logging.image_freq == 0 or last):
+            if _due(epoch, cfg.logging.image_freq, last):
                 self.log_images(epoch)
-            if cfg.save_freq and ((epoch + 1) % cfg.save_freq == 0 or last):
+            if _due(epoch, cfg.save_freq, last):
                 self.save_checkpoint(epoch)
         final = self.export_final()
         self.finish_report(metrics)
@@ -597,6 +597,13 @@ class Trainer:
         from tqdm.auto import tqdm
 
         return tqdm(iterable, desc=desc, leave=False)
+
+
+def _due(epoch: int, freq: int, last: bool) -> bool:
+    """Whether a "every `freq` epochs" action runs after `epoch` (0-based): after epochs freq − 1,
+    2·freq − 1, … and after the last one; never when freq is 0. So with eval.freq = 8 the evaluations
+    follow 8, 16, … epochs of training, and the untrained model is the run's "before" evaluation."""
+    return bool(freq) and ((epoch + 1) % freq == 0 or last)
 
 
 def _shuffle_steps(rollout: Rollout, gen: torch.Generator) -> Rollout:

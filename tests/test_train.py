@@ -105,6 +105,20 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
     assert (before - after).abs().max() > 0  # the trained adapter is loaded and changes the output
 
 
+def test_every_n_epochs_means_after_n_epochs_of_training(tmp_path, tiny_dirs):
+    """eval.freq / logging.image_freq / save_freq = 2 over 3 epochs: after epochs 1 and 2 (the last), not
+    after epoch 0 (one update in, which the "before" evaluation would only approximate)."""
+    config = _config(tmp_path, tiny_dirs["sd3"], num_epochs=3, save_freq=2, **{
+        "eval.freq": 2, "eval.limit": 2, "logging.image_freq": 2, "logging.tracker": "none"})
+    trainer = _run(config)
+    rows = _metrics(trainer.run_dir)
+    assert [r["epoch"] for r in rows if "eval/strict" in r] == [1, 2]
+    assert sorted(p.name for p in (trainer.run_dir / "samples").glob("*.png")) == ["epoch_00001.png", "epoch_00002.png"]
+    assert sorted(p.name for p in (trainer.run_dir / "checkpoints").iterdir()) == ["epoch_000001", "epoch_000002"]
+    before = json.loads((trainer.run_dir / "report" / "before.json").read_text())["metrics"]
+    assert before["eval/num_images"] == 2  # the untrained model's evaluation
+
+
 def test_exact_resume(tmp_path, tiny_dirs):
     """2 epochs straight == 1 epoch + resume for 1 more: same weights, same metrics."""
     straight = _run(_config(tmp_path / "a", tiny_dirs["sd3"]))
