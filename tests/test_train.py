@@ -113,7 +113,8 @@ def test_every_n_epochs_means_after_n_epochs_of_training(tmp_path, tiny_dirs):
     trainer = _run(config)
     rows = _metrics(trainer.run_dir)
     assert [r["epoch"] for r in rows if "eval/strict" in r] == [1, 2]
-    assert sorted(p.name for p in (trainer.run_dir / "samples").glob("*.png")) == ["epoch_00001.png", "epoch_00002.png"]
+    grids = sorted(p.name for p in (trainer.run_dir / "samples").glob("*.png"))
+    assert grids == ["epoch_00001.png", "epoch_00002.png"]
     assert sorted(p.name for p in (trainer.run_dir / "checkpoints").iterdir()) == ["epoch_000001", "epoch_000002"]
     before = json.loads((trainer.run_dir / "report" / "before.json").read_text())["metrics"]
     assert before["eval/num_images"] == 2  # the untrained model's evaluation
