@@ -142,7 +142,7 @@ def main(argv=None) -> None:
             if set(saved) - {f.name for f in dataclasses.fields(config_cls)}:  # fields added later may be missing
                 sys.exit(f"{args['out']} holds a run of another architecture than --arch {arch}; "
                          f"resume it with the --arch it was started with ({', '.join(sorted(ARCHS))})")
-            saved = {**dataclasses.asdict(config_cls()), **saved}  # a field the run predates has its default
+            saved = config_cls.filled(saved)  # a field the run predates has its default
             differ = {k: (v, saved[k]) for k, v in dataclasses.asdict(cfg).items()
                       if k in given and (list(v) if isinstance(v, tuple) else v) != saved[k]}
             clash = {k: ab for k, ab in differ.items() if k not in mutable}

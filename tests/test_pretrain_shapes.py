@@ -53,7 +53,7 @@ def test_null_token_bias_equals_zero_tokens():
     torch.testing.assert_close(short, full, rtol=1e-4, atol=1e-5)
 
 
-def test_pretrain_checkpoint_resume_and_pipeline(tmp_path):
+def test_pretrain_checkpoint_resume_and_pipeline(tmp_path, capsys):
     from diffusers import StableDiffusion3Pipeline
 
     script = _script()
@@ -88,7 +88,9 @@ def test_pretrain_checkpoint_resume_and_pipeline(tmp_path):
     state = json.loads(state_file.read_text())
     del state["config"]["caption_noise"]
     state_file.write_text(json.dumps(state))
+    capsys.readouterr()
     script.main(argv[:-4] + ["--flow_steps", "4", "--final_eval_per_task", "0", "--caption_noise", "0.5", "--resume"])
+    assert "caption_noise=0.5 (was 0.0)" in capsys.readouterr().out  # the field's default, not "unset"
     assert list_checkpoints(out)[-1].name == "epoch_000006"
     assert load_checkpoint(out / "checkpoints" / "epoch_000006")["state"]["config"]["caption_noise"] == 0.5
 

@@ -125,6 +125,11 @@ class ConfigDict:
         kw = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         return cls(**kw)
 
+    @classmethod
+    def filled(cls, saved: dict) -> dict:
+        """A checkpoint's saved config with every field the run predates set to its default."""
+        return {**cls().to_dict(), **saved}
+
 
 @dataclass
 class PretrainConfig(ConfigDict):
@@ -914,7 +919,8 @@ def start_or_resume(trainer_cls, mutable: Sequence[str], cfg, out_dir, resume: b
                               "pass --resume to continue it or choose a new --out")
     if resume and existing:
         saved = load_checkpoint(existing[-1])["state"]
-        conf = dict(saved["config"])
+        before = type(cfg).filled(saved["config"])
+        conf = dict(before)
         bad = sorted(set(overrides or {}) - set(mutable))
         if bad:
             raise ValueError(f"a resumed run keeps its config; cannot change {bad} (changeable: {tuple(mutable)})")
@@ -923,10 +929,9 @@ def start_or_resume(trainer_cls, mutable: Sequence[str], cfg, out_dir, resume: b
         if new_cfg.total_steps < saved["global_step"]:
             raise ValueError(f"the run would end at step {new_cfg.total_steps}, before the checkpoint's step "
                              f"{saved['global_step']}; give more steps")
-        if conf != saved["config"]:
+        if conf != before:
             log("resuming with changed settings: " + ", ".join(
-                f"{k}={conf[k]} (was {saved['config'].get(k, 'unset')})" for k in conf
-                if conf[k] != saved["config"].get(k)))
+                f"{k}={conf[k]} (was {before[k]})" for k in conf if conf[k] != before[k]))
         trainer = trainer_cls(new_cfg, out, log=log)
         trainer.restore(existing[-1])
     else:
