@@ -6,7 +6,8 @@ from typing import Any, List
 
 import numpy as np
 
-from .registry import register, to_pil
+from .contract import to_pil
+from .registry import register
 
 
 def jpeg_sizes_kb(images: Any, quality: int = 95) -> np.ndarray:

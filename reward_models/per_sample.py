@@ -13,7 +13,7 @@ keywords:
 
 * ``data_source  = metadata[i].get("data_source")``;
 * ``solution     = the i-th generated image as an RGB ``PIL.Image`` `` (uint8-rounded as
-  :func:`reward_models.registry.to_pil`). For a text model the "solution" is the generated string;
+  :func:`reward_models.contract.to_pil`). For a text model the "solution" is the generated string;
   here it is the generated image;
 * ``ground_truth = metadata[i].get("ground_truth")``;
 * ``extra_info   = {**the row's other fields, "prompt": prompts[i], "index": i}`` where "other
@@ -58,7 +58,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .registry import to_pil
+from .contract import coerce_scores, takes_three_positional, to_pil
 
 #: the four parameters (by name) that mark a per-sample scorer; "solution_str" is accepted for "solution"
 PER_SAMPLE_PARAMS = ("data_source", "solution", "ground_truth", "extra_info")
@@ -222,15 +222,13 @@ class DataSourceRouter:
             )
         if not routes:
             raise ValueError(f"reward {name!r}: the data_source -> scorer dict is empty")
-        from .registry import _is_factory  # registry imports this module lazily; no cycle at import
-
         self.name = name
         self.routes: Dict[Any, Callable] = {}
         for source, fn in routes.items():
             label = f"{name}[{source!r}]"
             if is_per_sample(fn):
                 self.routes[source] = PerSampleReward(fn, label)
-            elif callable(fn) and not _is_factory(fn):
+            elif callable(fn) and takes_three_positional(fn):
                 self.routes[source] = fn
             else:
                 raise ValueError(
@@ -239,8 +237,6 @@ class DataSourceRouter:
                 )
 
     def __call__(self, images: Any, prompts: List[str], metadata: List[dict]) -> Tuple[np.ndarray, dict]:
-        from .registry import _coerce_scores
-
         batch = len(prompts)
         scores = np.full(batch, np.nan, dtype=np.float32)
         groups: Dict[Any, List[int]] = {}
@@ -269,7 +265,7 @@ class DataSourceRouter:
                     raise RuntimeError(f"reward plug-in {label} raised {type(exc).__name__}: {exc}") from exc
                 if not (isinstance(out, tuple) and len(out) == 2):
                     raise ValueError(f"reward plug-in {label} must return a (scores, info) tuple")
-                sub, sub_info = _coerce_scores(label, out[0], len(idx)), out[1]
+                sub, sub_info = coerce_scores(label, out[0], len(idx)), out[1]
             scores[idx] = sub
             if sub_info:
                 info[str(source)] = sub_info

@@ -22,38 +22,16 @@ into the batched contract (see :mod:`reward_models.per_sample`).
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-RewardFn = Callable[[Any, List[str], List[dict]], Tuple[Any, dict]]
-RewardFactory = Callable[..., RewardFn]
+from .contract import RewardFactory, RewardFn, coerce_scores, takes_three_positional
+from .per_sample import adapt_per_sample, is_per_sample
 
 #: name -> factory(**kwargs) -> reward fn
 REGISTRY: Dict[str, RewardFactory] = {}
-
-
-def to_uint8(images: Any) -> np.ndarray:
-    """Float ``(B, 3, H, W)`` images in ``[0, 1]`` (tensor or array) -> uint8 ``[B, H, W, 3]``.
-
-    Values are clamped to ``[0, 1]`` and rounded to the nearest of the 256 levels.
-    """
-    if hasattr(images, "detach"):  # torch tensor, without importing torch here
-        images = images.detach().float().cpu().numpy()
-    arr = np.asarray(images, dtype=np.float32)
-    if arr.ndim != 4 or arr.shape[1] != 3:
-        raise ValueError(f"expected images of shape (B, 3, H, W) in [0, 1], got shape {tuple(arr.shape)}")
-    arr = np.round(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8)
-    return np.ascontiguousarray(arr.transpose(0, 2, 3, 1))
-
-
-def to_pil(images: Any) -> list:
-    """Float ``(B, 3, H, W)`` images in ``[0, 1]`` -> list of RGB ``PIL.Image`` (uint8 rounding)."""
-    from PIL import Image
-
-    return [Image.fromarray(a) for a in to_uint8(images)]
 
 
 def register(name: str) -> Callable[[RewardFactory], RewardFactory]:
@@ -143,19 +121,7 @@ def _is_factory(obj: Callable) -> bool:
     first, by name, because verl's ``extra_info=None`` default would otherwise let them bind 3
     positional args and pass for a batched fn.
     """
-    from .per_sample import is_per_sample
-
-    if is_per_sample(obj):
-        return False
-    try:
-        sig = inspect.signature(obj)
-    except (TypeError, ValueError):
-        return False
-    try:
-        sig.bind(None, None, None)
-        return False
-    except TypeError:
-        return True
+    return not is_per_sample(obj) and not takes_three_positional(obj)
 
 
 def load_reward(name: str, **kwargs: Any) -> RewardFn:
@@ -177,8 +143,6 @@ def load_reward(name: str, **kwargs: Any) -> RewardFn:
     if name in REGISTRY:
         return REGISTRY[name](**kwargs)
     if ":" in name or name.endswith(".py"):
-        from .per_sample import adapt_per_sample, is_per_sample
-
         obj = _load_user_attr(name)
         if isinstance(obj, Mapping) or is_per_sample(obj):
             return adapt_per_sample(obj, name, **kwargs)
@@ -194,29 +158,6 @@ def load_reward(name: str, **kwargs: Any) -> RewardFn:
             )
         return obj
     raise ValueError(f"unknown reward {name!r}; {_available()}")
-
-
-def _coerce_scores(name: str, scores: Any, batch: int) -> np.ndarray:
-    """Turn a reward's output into float32 ``[B]`` or raise a ValueError naming the reward."""
-    if hasattr(scores, "detach"):  # torch tensor without importing torch
-        scores = scores.detach().float().cpu().numpy()
-    if scores is None or isinstance(scores, (str, bytes, dict)):
-        raise ValueError(
-            f"reward {name!r} returned non-numeric scores of type {type(scores).__name__}; "
-            "return a float array/list/tensor of shape [B] (NaN = not applicable)"
-        )
-    try:
-        arr = np.asarray(scores, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"reward {name!r} returned non-numeric scores of type {type(scores).__name__}; "
-            "return a float array/list/tensor of shape [B] (NaN = not applicable)"
-        ) from exc
-    arr = arr.reshape(-1) if arr.ndim > 1 and arr.size == batch else arr
-    if arr.ndim != 1 or arr.shape[0] != batch:
-        got = arr.shape[0] if arr.ndim == 1 else tuple(arr.shape)
-        raise ValueError(f"reward {name!r} returned {got} scores, expected {batch} (one per image)")
-    return arr
 
 
 class MultiReward:
@@ -261,7 +202,7 @@ class MultiReward:
             if not (isinstance(out, tuple) and len(out) == 2):
                 raise ValueError(f"reward {name!r} must return a (scores, info) tuple, got {type(out).__name__}")
             scores, r_info = out
-            per_reward[name] = _coerce_scores(name, scores, batch)
+            per_reward[name] = coerce_scores(name, scores, batch)
             if r_info:
                 info[name] = r_info
         return per_reward, info

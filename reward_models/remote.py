@@ -45,7 +45,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from .registry import register, to_pil
+from .contract import to_pil
+from .registry import register
 
 #: Version of the JSON protocol spoken by this client and ``scripts/serve_reward.py``.
 PROTOCOL = 1

@@ -23,7 +23,8 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from .registry import register, to_uint8
+from .contract import to_uint8
+from .registry import register
 
 SCORES = ("strict", "partial")
 

@@ -68,7 +68,7 @@ sys.path.insert(0, REPO)
 
 import numpy as np  # noqa: E402
 
-from reward_models.registry import _coerce_scores  # noqa: E402
+from reward_models import coerce_scores  # noqa: E402
 from reward_models.remote import PROTOCOL, TOKEN_ENV, merge_infos, to_jsonable  # noqa: E402
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024  # bytes
@@ -195,7 +195,7 @@ class RewardServer(ThreadingHTTPServer):
             if not (isinstance(out, tuple) and len(out) == 2):
                 raise HTTPError(500, f"reward {self.name!r} must return a (scores, info) tuple, got {type(out).__name__}")
             try:
-                chunk = _coerce_scores(self.name, out[0], end - start)
+                chunk = coerce_scores(self.name, out[0], end - start)
             except ValueError as exc:
                 raise HTTPError(500, str(exc)) from None
             scores.extend(None if not np.isfinite(s) else float(s) for s in chunk)

@@ -17,7 +17,7 @@ import reward_models.pickscore
 from reward_models import REGISTRY, load_reward
 from reward_models._clip_backbones import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, preprocess
 from reward_models.aesthetic import AestheticMLP
-from reward_models.registry import to_pil
+from reward_models import to_pil
 
 TINY_OC = "ddpo-grpo-test-tiny-clip"
 TINY_OC_CFG = {
