@@ -1,6 +1,6 @@
 """What `python scripts/train.py` runs with no argument.
 
-quickstart (default): GRPO on the shipped ShapesWorld SD3 model (ddpo_grpo/data/shapes_sd3) with the
+quickstart (default): GRPO on the shipped ShapesWorld SD3 model (worlds/shapes/models/sd3) with the
     `shapes` reward, Flow-GRPO SDE and LoRA, sized for a 2-core CPU: it is config/shapes.py:sd3_quick
     (the recipe and its reasons are documented there). It prints the held-out accuracy per task
     before → after at the end; outputs go to logs/<timestamp>/ (report/, final/, metrics.jsonl).

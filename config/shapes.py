@@ -1,4 +1,4 @@
-"""ShapesWorld GRPO on the shipped base models (ddpo_grpo/data/shapes_sd3 and shapes_sd).
+"""ShapesWorld GRPO on the shipped base models (worlds/shapes/models/sd3 and sd).
 
     python scripts/train.py                                     # = config/quickstart.py = sd3_quick
     python scripts/train.py --config config/shapes.py:sd_quick  # the same for the SD (UNet + DDIM) model
@@ -30,7 +30,7 @@ process on a 2-core CPU.
 
 from config.base import get_config as base_config
 from config.sd3 import set_epoch_size, set_optimizer_batch
-from ddpo_grpo.shipped import SHAPES_SD, SHAPES_SD3
+from worlds.shapes import SHAPES_SD, SHAPES_SD3
 
 
 def _shapes(model: str):

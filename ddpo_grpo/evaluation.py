@@ -19,7 +19,7 @@ split has 3 single-object and 9 counting prompts against 312 position prompts; N
 task the same weight and precision (±7 points standard error per task at 50 %) for 192 images
 instead of 402.
 
-Scoring is the ShapesWorld judge (`ddpo_grpo.shapes.judge.judge`, the same judge as the `shapes`
+Scoring is the ShapesWorld judge (`worlds.shapes.judge.judge`, the same judge as the `shapes`
 reward), with each row's `task`/`objects`/`relation` fields when present (the rows of
 `load_prompts("shapes_test")`), else the parsed prompt. A prompt outside the grammar with no such
 fields is not applicable: it is left out of every mean and counted in `eval/not_applicable`.
@@ -46,7 +46,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from ddpo_grpo.seeding import derive_seed
-from ddpo_grpo.shapes.world import CANVAS, TASKS
+from worlds.shapes.world import CANVAS, TASKS
 
 # torch and the sampler are imported inside the functions that need them, so that scripts importing
 # the seed functions (scripts/sample.py) start fast, e.g. for --help.
@@ -71,7 +71,7 @@ def image_seed(seed: int, prompt_index: int, k: int) -> int:
 
 def _constraints(row):
     """The row's Constraints, or None when the judge cannot handle it (not a ShapesWorld prompt)."""
-    from ddpo_grpo.shapes.prompts import constraints_of
+    from worlds.shapes.grammar import constraints_of
 
     try:
         return constraints_of(row)
@@ -87,7 +87,7 @@ def judge_images(images: Iterable[Any], rows: Sequence, *, size: int = CANVAS) -
     [H, W, 3], float [3, H, W] / [H, W, 3]); rows: one dataset row (dict with "prompt" and optionally
     task/objects/relation) or prompt string per image; size: judging resolution (images are resized).
     """
-    from ddpo_grpo.shapes.judge import judge
+    from worlds.shapes.judge import judge
 
     images = images.detach().float().cpu() if hasattr(images, "detach") else list(images)  # torch tensor or a sequence
     if len(images) != len(rows):

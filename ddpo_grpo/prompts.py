@@ -24,6 +24,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ddpo_grpo import plugins
+
 #: A short list of simple object prompts (the default for smoke tests).
 SIMPLE_PROMPTS = (
     "a red circle",
@@ -95,13 +97,6 @@ BUILTIN_PROMPTS: Dict[str, Sequence[str]] = {
 }
 
 
-#: built-in name -> package data .jsonl of rows with metadata (ShapesWorld: task, objects, relation)
-BUILTIN_ROWS: Dict[str, str] = {
-    "shapes_train": "data/shapes_train.jsonl",
-    "shapes_test": "data/shapes_test.jsonl",
-}
-
-
 def _check_row(row: object, where: str) -> dict:
     """Validate one JSON row; ``where`` is e.g. ``"file.jsonl line 3"``."""
     if not isinstance(row, dict):
@@ -163,11 +158,11 @@ def load_prompts(source: str) -> List[dict]:
     Raises ``ValueError`` for an unknown source, a malformed row (naming file and
     line/index), or an empty result.
     """
+    provider = None if source in BUILTIN_PROMPTS else plugins.load("prompt_sources", source)
     if source in BUILTIN_PROMPTS:
         rows = [{"prompt": p} for p in BUILTIN_PROMPTS[source]]
-    elif source in BUILTIN_ROWS:
-        with resources.as_file(resources.files("ddpo_grpo").joinpath(BUILTIN_ROWS[source])) as path:
-            rows = _load_jsonl(str(path))
+    elif provider is not None:
+        rows = [_check_row(r, f"prompt source {source!r} row {i}") for i, r in enumerate(provider())]
     else:
         path = os.path.expanduser(str(source))
         ext = os.path.splitext(path)[1].lower()
@@ -175,7 +170,7 @@ def load_prompts(source: str) -> List[dict]:
             reason = "unsupported file extension" if os.path.isfile(path) else "no such built-in or file"
             raise ValueError(
                 f"prompt source {source!r}: {reason}; use a built-in "
-                f"({', '.join(sorted([*BUILTIN_PROMPTS, *BUILTIN_ROWS]))}) "
+                f"({', '.join(sorted([*BUILTIN_PROMPTS, *plugins.names('prompt_sources')]))}) "
                 f"or a path to a {' / '.join(FILE_LOADERS)} file"
             )
         rows = FILE_LOADERS[ext](path)

@@ -6,7 +6,7 @@ Importing this package registers the built-in rewards (cheap: no model weights).
 """
 from .contract import RewardFactory, RewardFn, coerce_scores, to_pil, to_uint8
 from .registry import REGISTRY, MultiReward, build_reward, load_reward, register
-from . import aesthetic, clip_score, compression, hps, per_sample, pickscore, remote, shapes, similarity  # noqa: F401,E402
+from . import aesthetic, clip_score, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
 # (importing only registers factories: model weights load when a reward is built)
 
 __all__ = [

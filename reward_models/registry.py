@@ -27,6 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ddpo_grpo import plugins
+
 from .contract import RewardFactory, RewardFn, coerce_scores, takes_three_positional
 from .per_sample import adapt_per_sample, is_per_sample
 
@@ -54,7 +56,7 @@ def register(name: str) -> Callable[[RewardFactory], RewardFactory]:
 
 
 def _available() -> str:
-    names = ", ".join(sorted(REGISTRY)) or "(none)"
+    names = ", ".join(sorted({*REGISTRY, *plugins.names("rewards")})) or "(none)"
     return (
         f"registered rewards: {names}; or a user file as 'path/to/file.py:fn_name' (a batched "
         "fn(images, prompts, metadata), a factory, a per-sample compute_score(data_source, solution, "
@@ -140,6 +142,10 @@ def load_reward(name: str, **kwargs: Any) -> RewardFn:
 
     ``"path/to/file.py"`` without ``:attr`` uses the file's ``REWARDS``, else its ``compute_score``.
     """
+    if name not in REGISTRY:
+        factory = plugins.load("rewards", name)  # a reward offered by an installed package (a world)
+        if factory is not None:
+            register(name)(factory)
     if name in REGISTRY:
         return REGISTRY[name](**kwargs)
     if ":" in name or name.endswith(".py"):

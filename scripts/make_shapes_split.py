@@ -1,7 +1,7 @@
 """Regenerate the ShapesWorld train/test prompt split (deterministic; no RNG, SHA-256 ranks).
 
 Usage:
-  python scripts/make_shapes_split.py            # rewrite ddpo_grpo/data/shapes_{train,test}.jsonl
+  python scripts/make_shapes_split.py            # rewrite worlds/shapes/data/shapes_{train,test}.jsonl
   python scripts/make_shapes_split.py --check    # exit 1 if the shipped files differ from a regeneration
   python scripts/make_shapes_split.py --out DIR --seed 3   # another split, elsewhere
 
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from ddpo_grpo.shapes.prompts import DATA_DIR, SPLIT_SEED, make_split, split_rule, write_split  # noqa: E402
+from worlds.shapes.grammar import DATA_DIR, SPLIT_SEED, make_split, split_rule, write_split  # noqa: E402
 
 
 def main(argv=None) -> int:

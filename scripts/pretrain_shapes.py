@@ -74,8 +74,8 @@ sys.path.insert(0, REPO)
 # command-line flags that are not config fields
 _NOT_CONFIG = {"arch", "out", "resume", "threads", "tiny"}
 # --arch -> (module with run / tiny_config / RESUME_MUTABLE, its config dataclass)
-ARCHS = {"sd3": ("ddpo_grpo.shapes.pretrain", "PretrainConfig"),
-         "sd": ("ddpo_grpo.shapes.pretrain_sd", "PretrainSDConfig")}
+ARCHS = {"sd3": ("worlds.shapes.pretrain_sd3", "PretrainConfig"),
+         "sd": ("worlds.shapes.pretrain_sd", "PretrainSDConfig")}
 
 
 def _arch(name: str):

@@ -234,7 +234,7 @@ def test_importlib_file_load(monkeypatch):
 @pytest.mark.parametrize("name", sorted(SHAPES_SIZES))
 def test_shapes_recipes(name, world_size, monkeypatch):
     """ShapesWorld recipes: shipped model, judge reward on train prompts, balanced held-out eval, global sizes."""
-    from ddpo_grpo.shipped import SHAPES_SD, SHAPES_SD3
+    from worlds.shapes import SHAPES_SD, SHAPES_SD3
 
     config = load("config.shapes", name, monkeypatch, world_size)
     totals = validate(config, num_processes=world_size)

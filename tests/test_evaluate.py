@@ -19,7 +19,7 @@ from PIL import Image
 from ddpo_grpo import rollout as rollout_lib
 from ddpo_grpo.evaluation import eval_items, evaluate, image_seed, save_grid, score_images
 from ddpo_grpo.prompts import load_prompts
-from ddpo_grpo.shapes.world import TASKS, render_prompt
+from worlds.shapes import TASKS, render_prompt
 from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]

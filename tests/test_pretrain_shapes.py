@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint
-from ddpo_grpo.shapes import pretrain as P
-from ddpo_grpo.shapes.prompts import all_prompts
+from worlds.shapes import pretrain_sd3 as P
+from worlds.shapes.grammar import all_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,7 +105,7 @@ def test_pretrain_sd_resume_and_pipeline(tmp_path):
     """--arch sd: a StableDiffusionPipeline on the shipped SD3 model's VAE/tokenizer/text encoder."""
     from diffusers import DDIMScheduler, StableDiffusionPipeline
 
-    from ddpo_grpo.shapes import pretrain_sd as S
+    from worlds.shapes import pretrain_sd as S
 
     script = _script()
     out = tmp_path / "sd"
@@ -156,7 +156,7 @@ def test_sd_text_encoder_keeps_sd3_penultimate_features():
     """The SD text encoder's last_hidden_state = final LayerNorm of the SD3 encoder's penultimate states."""
     from transformers import CLIPTextModelWithProjection
 
-    from ddpo_grpo.shapes import pretrain_sd as S
+    from worlds.shapes import pretrain_sd as S
 
     cfg = S.tiny_config()
     models = S.build_models(cfg)
@@ -171,8 +171,8 @@ def test_sd_text_encoder_keeps_sd3_penultimate_features():
 
 def test_near_miss_breaks_the_caption_with_its_own_objects():
     """Every near miss is a valid scene that fails its caption, drawn from the caption's colour–shape pairs."""
-    from ddpo_grpo.shapes.prompts import constraints_of, load_split
-    from ddpo_grpo.shapes.world import Constraints, sample_scene, scene_satisfies
+    from worlds.shapes.grammar import constraints_of, load_split
+    from worlds.shapes.world import Constraints, sample_scene, scene_satisfies
 
     rng = np.random.default_rng(0)
     seen = set()
@@ -204,7 +204,7 @@ def test_scene_specs_rate_and_clean_default():
                                         ({"batch_size": 5, "noise_per_image": 2}, "noise_per_image"),
                                         ({"cond_dropout": 1.0}, "cond_dropout")])
 def test_config_data_fields_checked(arch, bad, match):
-    from ddpo_grpo.shapes import pretrain_sd as S
+    from worlds.shapes import pretrain_sd as S
 
     tiny = {"sd3": P.tiny_config, "sd": S.tiny_config}[arch]
     tiny().validate()

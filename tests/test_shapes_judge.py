@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from ddpo_grpo.shapes import judge as J
-from ddpo_grpo.shapes import prompts as P
-from ddpo_grpo.shapes import world as W
-from ddpo_grpo.shapes.judge import judge
-from ddpo_grpo.shapes.world import ShapeObject
+from worlds.shapes import judge as J
+from worlds.shapes import grammar as P
+
+from worlds.shapes import world as W
+from worlds.shapes.judge import judge
+from worlds.shapes.world import ShapeObject
 
 
 def _scenes(task, n, seed):
@@ -91,7 +92,7 @@ def test_wrong_images_and_partial_scores():
 
 
 def test_judge_takes_rows_constraints_and_tensors():
-    scene = W.scene_for_prompt("a yellow triangle above a purple square", 4)
+    scene = P.scene_for_prompt("a yellow triangle above a purple square", 4)
     img = W.render(scene)
     row = P.make_row(P.parse_prompt("a yellow triangle above a purple square"))
     ref = judge(img, row["prompt"])
@@ -155,7 +156,7 @@ def test_connected_components_8_connectivity():
     assert len(np.unique(comp[comp >= 0])) == 4
 
 
-#: measured with `python -m ddpo_grpo.shapes.judge --n 1000 --seed 7`: 1.000 in every cell (positives
+#: measured with `python -m worlds.shapes.judge --n 1000 --seed 7`: 1.000 in every cell (positives
 #: and hard negatives, every task, every perturbation). Floors below are conservative for n = 100.
 FLOORS = {"clean": 0.99, "noise": 0.95, "blur": 0.95, "jpeg": 0.95, "color_shift": 0.95, "combined": 0.9}
 
@@ -176,19 +177,19 @@ def test_agreement_under_perturbations():
 
 
 def _batch(prompts, size=64, seed=0):
-    imgs = [W.render_prompt(p, seed + i, size=size) for i, p in enumerate(prompts)]
+    imgs = [P.render_prompt(p, seed + i, size=size) for i, p in enumerate(prompts)]
     return torch.from_numpy(np.stack(imgs)).permute(0, 3, 1, 2).float() / 255.0
 
 
 def test_shapes_reward_plugin():
-    import reward_models.shapes  # noqa: F401  (registers "shapes")
+    """The world's reward is found by name through its entry point (the core does not import worlds)."""
     from reward_models import REGISTRY, build_reward, load_reward
 
-    assert "shapes" in REGISTRY
     prompts = ["a red circle", "three blue squares", "a green triangle and a yellow circle", "a purple square below a red triangle"]
     rows = [P.make_row(P.parse_prompt(p)) for p in prompts]
     images = _batch(prompts)
     fn = load_reward("shapes")
+    assert "shapes" in REGISTRY  # registered on first use
     scores, info = fn(images, prompts, rows)
     assert isinstance(scores, np.ndarray) and scores.dtype == np.float32
     assert scores.tolist() == [1.0, 1.0, 1.0, 1.0]

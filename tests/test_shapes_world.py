@@ -4,8 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from ddpo_grpo.shapes import prompts as P
-from ddpo_grpo.shapes import world as W
+from worlds.shapes import grammar as P
+
+from worlds.shapes import world as W
 
 SPEC_PALETTE = {
     "red": (220, 40, 40),
@@ -73,7 +74,7 @@ def test_renders_follow_spec(task):
     rng = np.random.default_rng(1234)
     palette = {tuple(v) for v in SPEC_PALETTE.values()}
     for i, c in enumerate(_random_constraints(task, rng, 100)):
-        scene = W.scene_for_prompt(c, seed=i)
+        scene = P.scene_for_prompt(c, seed=i)
         img = W.render(scene)
         assert img.shape == (64, 64, 3) and img.dtype == np.uint8
         colours = {tuple(v) for v in img.reshape(-1, 3)}
@@ -109,15 +110,15 @@ def test_renders_follow_spec(task):
 
 def test_render_is_deterministic():
     for p in ["a red circle", "four blue squares", "a green triangle above a purple circle"]:
-        a, b = W.render_prompt(p, seed=5), W.render_prompt(p, seed=5)
+        a, b = P.render_prompt(p, seed=5), P.render_prompt(p, seed=5)
         assert np.array_equal(a, b)
-        assert W.scene_for_prompt(p, 5) == W.scene_for_prompt(p, 5)
-    imgs = [W.render_prompt("three yellow circles", seed=s) for s in range(5)]
+        assert P.scene_for_prompt(p, 5) == P.scene_for_prompt(p, 5)
+    imgs = [P.render_prompt("three yellow circles", seed=s) for s in range(5)]
     assert len({im.tobytes() for im in imgs}) == 5
 
 
 def test_render_size_is_nearest_upscale():
-    scene = W.scene_for_prompt("a red circle and a blue square", 0)
+    scene = P.scene_for_prompt("a red circle and a blue square", 0)
     small = W.render(scene)
     big = W.render(scene, size=128)
     assert big.shape == (128, 128, 3)
@@ -146,7 +147,7 @@ def test_sample_scene_accepts_rows_and_fails_loudly():
     scene = W.sample_scene(row, rng)
     assert [(o.color, o.shape) for o in scene] == [("green", "square")] * 2
     with pytest.raises(RuntimeError, match="could not sample"):
-        W.sample_scene("four red squares", rng, max_tries=1, canvas=30)
+        W.sample_scene(P.parse_prompt("four red squares"), rng, max_tries=1, canvas=30)
 
 
 # --------------------------------------------------------------------------------------------

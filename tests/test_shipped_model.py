@@ -4,9 +4,9 @@ import numpy as np
 import torch
 from diffusers import StableDiffusion3Pipeline
 
-from ddpo_grpo.shapes.judge import judge
-from ddpo_grpo.shapes.prompts import all_prompts
-from ddpo_grpo.shipped import SHAPES_SD3
+from worlds.shapes.judge import judge
+from worlds.shapes.grammar import all_prompts
+from worlds.shapes import SHAPES_SD3
 
 
 def test_shipped_sd3_loads_offline_and_draws_shapes_on_white():
@@ -28,7 +28,7 @@ def test_shipped_sd_loads_offline_and_draws_shapes_on_white():
     """The SD-architecture model (UNet + DDIM) shares the SD3 model's VAE weights exactly."""
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline
 
-    from ddpo_grpo.shipped import SHAPES_SD
+    from worlds.shapes import SHAPES_SD
 
     pipe = StableDiffusionPipeline.from_pretrained(SHAPES_SD)
     pipe.set_progress_bar_config(disable=True)

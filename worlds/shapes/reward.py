@@ -3,14 +3,14 @@
 ``reward.fns = {"shapes": 1.0}``, ``reward.kwargs = {"shapes": {"score": "partial"}}``.
 
 Per sample, the constraints come from the metadata row when it carries ``task`` and ``objects``
-(the rows of ``ddpo_grpo/data/shapes_{train,test}.jsonl``), otherwise from parsing the prompt. A
+(the rows of ``worlds/shapes/data/shapes_{train,test}.jsonl``), otherwise from parsing the prompt. A
 prompt outside the ShapesWorld grammar (with no such row) scores ``NaN`` — "not applicable" in the
 reward contract — and is counted in ``info["shapes/not_applicable"]``.
 
 Images (float ``(B, 3, H, W)`` in ``[0, 1]``) are rounded to uint8 and, when not ``size × size``,
 resized to it by area averaging (PIL ``BOX``) when shrinking or nearest neighbour when enlarging;
 the judge's geometric thresholds are defined at 64 px and scale with ``size / 64`` (see
-``ddpo_grpo/shapes/judge.py`` for every threshold).
+``worlds/shapes/judge.py`` for every threshold).
 
 ``info`` holds NaN-free means over the applicable samples: ``shapes/strict``, ``shapes/partial``,
 and per task ``shapes/strict/<task>``, ``shapes/partial/<task>`` for the tasks present in the
@@ -23,8 +23,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from .contract import to_uint8
-from .registry import register
+from reward_models import register, to_uint8
 
 SCORES = ("strict", "partial")
 
@@ -39,8 +38,8 @@ def shapes(score: str = "strict", size: int = 64, relation_tol: float = 1.0):
     if int(size) < 16:
         raise ValueError(f"reward 'shapes': size must be >= 16 pixels, got {size!r}")
     size = int(size)
-    from ddpo_grpo.shapes.judge import judge
-    from ddpo_grpo.shapes.prompts import constraints_of
+    from .grammar import constraints_of
+    from .judge import judge
 
     def fn(images: Any, prompts: List[str], metadata: List[dict]):
         arr = to_uint8(images)  # [B, H, W, 3]

@@ -1,6 +1,6 @@
 """ShapesWorld prompts: the grammar, every prompt of every task, parsing, and the fixed split.
 
-Grammar (lower case, no final period; DESIGN.md is authoritative):
+Grammar (lower case, no final period; the spec in this package's README.md is authoritative):
 
 =================  ==========================================================  =====
 task               form                                                        count
@@ -15,7 +15,7 @@ task               form                                                        c
 Both orders of a two-object pair are distinct prompts. Position prompts also name two different
 colour–shape pairs (with two identical objects "A left of A" would not say which is which).
 
-Train/test split (:func:`make_split`, shipped as ``ddpo_grpo/data/shapes_{train,test}.jsonl``;
+Train/test split (:func:`make_split`, shipped as ``worlds/shapes/data/shapes_{train,test}.jsonl``;
 ``scripts/make_shapes_split.py`` regenerates them). The prompt sets are disjoint and the rule is
 fixed by :data:`SPLIT_SEED` through SHA-256 ranks (no RNG, so it is the same on every platform and
 library version); :func:`split_rule` returns the drawn sets:
@@ -39,14 +39,16 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
-from .world import COLORS, COUNT_WORDS, RELATIONS, SHAPES, TASKS, Constraints, ObjectSpec
+import numpy as np
+
+from .world import CANVAS, COLORS, COUNT_WORDS, RELATIONS, SHAPES, TASKS, Constraints, ObjectSpec, Scene, render, sample_scene
 
 #: seed of the shipped split
 SPLIT_SEED = 0
 #: directory of the shipped split files
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+DATA_DIR = Path(__file__).resolve().parent / "data"
 SPLITS = ("train", "test")
 
 _WORD_COUNTS = {w: n for n, w in COUNT_WORDS.items()}
@@ -237,6 +239,16 @@ def load_split(split: str) -> List[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def train_rows() -> List[dict]:
+    """The shipped train split: the ``shapes_train`` prompt source."""
+    return load_split("train")
+
+
+def test_rows() -> List[dict]:
+    """The shipped test split (held-out compositions): the ``shapes_test`` prompt source."""
+    return load_split("test")
+
+
 def write_split(out_dir: Optional[Path] = None, seed: int = SPLIT_SEED) -> Dict[str, Path]:
     """Write ``shapes_{train,test}.jsonl`` (one JSON object per line) into ``out_dir``."""
     out_dir = DATA_DIR if out_dir is None else Path(out_dir)
@@ -249,3 +261,13 @@ def write_split(out_dir: Optional[Path] = None, seed: int = SPLIT_SEED) -> Dict[
                 f.write(json.dumps(row) + "\n")
         paths[name] = path
     return paths
+
+
+def scene_for_prompt(prompt: Union[str, Constraints, dict], seed: int) -> Scene:
+    """The scene drawn for ``prompt`` with ``numpy.random.default_rng(seed)`` (deterministic)."""
+    return sample_scene(constraints_of(prompt), np.random.default_rng(int(seed)))
+
+
+def render_prompt(prompt: Union[str, Constraints, dict], seed: int, size: int = CANVAS) -> np.ndarray:
+    """``render(scene_for_prompt(prompt, seed), size)``: a ground-truth image for ``prompt``."""
+    return render(scene_for_prompt(prompt, seed), size)

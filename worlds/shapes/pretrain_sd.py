@@ -3,7 +3,7 @@
 The result is a plain diffusers ``StableDiffusionPipeline`` directory (``UNet2DConditionModel`` +
 ``DDIMScheduler``, one ``CLIPTextModel``, no safety checker) for the DDPO path
 (:mod:`ddpo_grpo.policies.sd`). It starts from a ShapesWorld SD3 pipeline (``cfg.base``, by default
-the shipped :data:`ddpo_grpo.shipped.SHAPES_SD3`, trained by :mod:`ddpo_grpo.shapes.pretrain`):
+the shipped :data:`worlds.shapes.SHAPES_SD3`, trained by :mod:`worlds.shapes.pretrain_sd3`):
 
 * ``vae`` — copied and **frozen**, weights bit-identical (both models decode with the same VAE);
 * ``tokenizer`` — copied (word-level CLIP BPE: one token per grammar word, ``model_max_length = 16``);
@@ -79,7 +79,7 @@ and 4×4 plus the cross-attention mid block; 8 heads (diffusers' ``attention_hea
 little gain: at 8×8 self-attention already spans the whole canvas, which the position task needs.
 
 Data, checkpoints and evaluation are those of the SD3 pretrainer (shared code from
-:mod:`ddpo_grpo.shapes.pretrain`): task-balanced train-split prompts rendered on the fly
+:mod:`worlds.shapes.pretrain_sd3`): task-balanced train-split prompts rendered on the fly
 (``noise_per_image = K`` reuses each render K times with independent ``t``, ε), atomic
 checkpoints every ``ckpt_every`` steps in ``<out>/checkpoints/`` (UNet, text encoder, their EMAs,
 the VAE, the optimizer, the RNG states, the latent scale and the config) from which ``--resume``
@@ -102,7 +102,7 @@ import torch
 import torch.nn.functional as F
 
 from ddpo_grpo.checkpoint import load_checkpoint, save_checkpoint
-from ddpo_grpo.shapes.pretrain import (
+from worlds.shapes.pretrain_sd3 import (
     CANVAS,
     ConfigDict,
     TaskBalancedSampler,
@@ -119,8 +119,8 @@ from ddpo_grpo.shapes.pretrain import (
     start_or_resume,
     validate_data_fields,
 )
-from ddpo_grpo.shapes.prompts import load_split
-from ddpo_grpo.shipped import SHAPES_SD3
+from worlds.shapes.grammar import load_split
+from worlds.shapes import SHAPES_SD3
 
 PREDICTION_TYPES = ("epsilon", "v_prediction")
 
@@ -448,7 +448,7 @@ class SDPretrainer:
                 f"steps={self.cfg.steps} (batch {self.cfg.batch_size}); now at step {self.step}")
 
 
-#: config fields a resumed run may change (see :data:`ddpo_grpo.shapes.pretrain.RESUME_MUTABLE`); a
+#: config fields a resumed run may change (see :data:`worlds.shapes.pretrain_sd3.RESUME_MUTABLE`); a
 #: larger ``steps`` extends a run, re-stretching the cosine LR schedule over the new total;
 #: ``caption_noise`` changes the data from the current step on.
 RESUME_MUTABLE = ("steps", "caption_noise", "eval_every", "eval_per_task", "final_eval_per_task", "ckpt_every",

@@ -56,8 +56,8 @@ colour/shape/count/relation bindings far easier to learn than the 64-character s
 :mod:`ddpo_grpo.tiny`, and shortens the joint-attention sequence (64 image + 16 text + 1 null).
 
 Data: every batch draws tasks uniformly (``task_weights``), then a train-split prompt of that task
-uniformly, then a fresh scene with :func:`~ddpo_grpo.shapes.world.sample_scene` and renders it
-(:func:`~ddpo_grpo.shapes.world.render`). Default: every latent of every batch is a new image
+uniformly, then a fresh scene with :func:`~worlds.shapes.world.sample_scene` and renders it
+(:func:`~worlds.shapes.world.render`). Default: every latent of every batch is a new image
 (rendering + encoding cost ~12 % of a step); ``noise_per_image = K > 1`` reuses each image K times
 in its batch with independent ``t`` and ε, to save that cost.
 
@@ -76,7 +76,7 @@ transformer and its EMA), the optimizer, the data / noise RNG states and the con
 to ``<out>/final``; progress lines and evaluations go to ``<out>/pretrain_log.jsonl``.
 
 The SD-architecture counterpart (a UNet on this model's VAE, tokenizer and text encoder) is
-:mod:`ddpo_grpo.shapes.pretrain_sd`, which reuses the data, evaluation, EMA and resume helpers here.
+:mod:`worlds.shapes.pretrain_sd`, which reuses the data, evaluation, EMA and resume helpers here.
 """
 from __future__ import annotations
 
@@ -97,8 +97,8 @@ import torch
 import torch.nn.functional as F
 
 from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
-from ddpo_grpo.shapes.prompts import load_split
-from ddpo_grpo.shapes.world import COLORS, COUNT_WORDS, OPPOSITE, RELATIONS, SHAPES, TASKS, render, sample_scene
+from worlds.shapes.grammar import load_split
+from worlds.shapes.world import COLORS, COUNT_WORDS, OPPOSITE, RELATIONS, SHAPES, TASKS, render, sample_scene
 
 LOG_FILE = "pretrain_log.jsonl"
 FINAL_DIR = "final"
@@ -538,7 +538,7 @@ def evaluate(pipe, per_task: int, batch_size: int = 16, save_dir: Optional[Path]
     Returns ``{"strict/<task>", "partial/<task>", "strict/task_mean", "strict/test_weighted", ...}``;
     ``test_weighted`` weights tasks by their share of the test split (position dominates).
     """
-    from ddpo_grpo.shapes.judge import judge
+    from worlds.shapes.judge import judge
 
     items = eval_items(per_task)
     scores = {t: [] for t in TASKS}
@@ -747,7 +747,7 @@ class Pretrainer:
         cfg, vae = self.cfg, self.models["vae"]
         rng = np.random.default_rng(cfg.seed + 7)
         gen = torch.Generator().manual_seed(cfg.seed + 7)
-        from ddpo_grpo.shapes.judge import judge
+        from worlds.shapes.judge import judge
 
         zs, strict = [], []
         for i in range(0, cfg.latent_stats_images, 64):

@@ -23,7 +23,7 @@ module constants, stated at the 64×64 world resolution):
    triangle, has 84 px).
 4. **Shape.** The component's bounding box ``w × h`` must have aspect ratio ``max/min <=``
    :data:`MAX_ASPECT` = 1.5; its mask is compared with the three ideal masks rasterised by the
-   world's own :func:`~ddpo_grpo.shapes.world.shape_mask` in the same ``w × h`` box; the shape is
+   world's own :func:`~worlds.shapes.world.shape_mask` in the same ``w × h`` box; the shape is
    the template of highest IoU if that IoU is ``>=`` :data:`MIN_IOU` = 0.66, else ``"unknown"``.
    Reference numbers (12–18 px): fill ratios (area / box area) square 1.0, circle 0.78–0.81,
    triangle 0.56–0.58; IoU between two different templates <= 0.82 (circle vs square), so the
@@ -32,7 +32,7 @@ module constants, stated at the 64×64 world resolution):
    reaches <= 0.58 and an L-shaped blob less, hence the 0.66 cut (about midway). An ``"unknown"``
    object still counts as an object (it breaks "nothing else").
 5. **Centre** = bounding-box centre of the component, the same definition as the renderer's.
-6. **Relations** use the generation rule (:func:`~ddpo_grpo.shapes.world.relation_holds`) with a
+6. **Relations** use the generation rule (:func:`~worlds.shapes.world.relation_holds`) with a
    tolerance :data:`RELATION_TOL` = 1 px: axis offset ``>= 8 − 1`` and ``> |other offset| − 1``,
    absorbing the ±1 px jitter of measured boxes (e.g. a triangle's 1–2-px apex lost to blur/JPEG).
 
@@ -49,7 +49,7 @@ colour–shape pair named by the prompt. ``partial`` = fraction of the list sati
 iff all are. Extra copies of a named object break its count constraint, not "nothing else".
 Resolution-dependent thresholds (area, offsets) scale with ``size / 64``.
 
-``python -m ddpo_grpo.shapes.judge [--n 200]`` prints the agreement table over clean and perturbed
+``python -m worlds.shapes.judge [--n 200]`` prints the agreement table over clean and perturbed
 renders (:func:`measure_agreement`).
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .prompts import constraints_of
+from .grammar import constraints_of
 from .world import (
     BACKGROUND,
     CANVAS,
@@ -389,7 +389,7 @@ def measure_agreement(
     ``"pos"`` = fraction with strict 1 — and (b) one hard negative from :func:`mismatches` —
     ``"neg"`` = fraction with strict 0. Returns ``{perturbation: {task: {"pos", "neg"}}}``.
     """
-    from .prompts import enumerate_constraints
+    from .grammar import enumerate_constraints
 
     rng = np.random.default_rng(seed)
     table: Dict[str, Dict[str, Dict[str, float]]] = {p: {} for p in perturbations}

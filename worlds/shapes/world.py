@@ -309,25 +309,23 @@ def scene_satisfies(scene: Sequence[ShapeObject], constraints: Constraints) -> b
 # --------------------------------------------------------------------------------------------
 
 
-def _as_constraints(c: Union[Constraints, dict, str]) -> Constraints:
+def _as_constraints(c: Union[Constraints, dict]) -> Constraints:
     if isinstance(c, Constraints):
         return c
     if isinstance(c, dict):
         return Constraints.from_row(c)
-    if isinstance(c, str):
-        from .prompts import parse_prompt  # local import: prompts.py imports this module
-
-        return parse_prompt(c)
-    raise TypeError(f"expected Constraints, a row dict or a prompt string, got {type(c).__name__}")
+    raise TypeError(
+        f"expected Constraints or a row dict, got {type(c).__name__}; parse a prompt with grammar.parse_prompt"
+    )
 
 
 def sample_scene(
-    constraints: Union[Constraints, dict, str],
+    constraints: Union[Constraints, dict],
     rng: np.random.Generator,
     max_tries: int = 1000,
     canvas: int = CANVAS,
 ) -> Scene:
-    """A random scene satisfying ``constraints`` (a :class:`Constraints`, a row dict or a prompt).
+    """A random scene satisfying ``constraints`` (a :class:`Constraints` or a row dict).
 
     Objects are listed in prompt order (group by group). Each object draws ``size`` uniformly in
     ``[MIN_SIZE, MAX_SIZE]`` and its corner uniformly among the positions inside the canvas; an
@@ -380,13 +378,3 @@ def render(scene: Iterable[ShapeObject], size: int = CANVAS) -> np.ndarray:
 
             img = np.asarray(Image.fromarray(img).resize((size, size), Image.NEAREST))
     return np.ascontiguousarray(img)
-
-
-def scene_for_prompt(prompt: Union[str, Constraints, dict], seed: int) -> Scene:
-    """The scene drawn for ``prompt`` with ``numpy.random.default_rng(seed)`` (deterministic)."""
-    return sample_scene(prompt, np.random.default_rng(int(seed)))
-
-
-def render_prompt(prompt: Union[str, Constraints, dict], seed: int, size: int = CANVAS) -> np.ndarray:
-    """``render(scene_for_prompt(prompt, seed), size)``: a ground-truth image for ``prompt``."""
-    return render(scene_for_prompt(prompt, seed), size)

@@ -1,0 +1,10 @@
+"""The embedded worlds: small, offline, re-checkable settings in which the library visibly works.
+
+Each world is a package beside the library core (``ddpo_grpo``, ``reward_models``), which never
+imports it. A world plugs in the way a user's own package would, through the entry points declared
+in ``pyproject.toml``: its rewards (group ``ddpo_grpo.rewards``) and prompt sources (group
+``ddpo_grpo.prompt_sources``) become available by name, e.g. ``reward.fns = {"shapes": 1.0}`` and
+``prompts.source = "shapes_train"``.
+
+* :mod:`worlds.shapes` — ShapesWorld, a compositional text-to-image world (spec: ``worlds/shapes/README.md``).
+"""
