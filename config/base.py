@@ -1,8 +1,8 @@
 """Every configuration field, documented where it is defined.
 
 Conventions: "per process" numbers are per GPU / per accelerate process; global totals are derived as
-shown. Named experiments (`config/sd.py`, `config/sd3.py`, `config/quickstart.py`) are small
-functions that start from `get_config()` here and override fields.
+shown. Named experiments (`config/sd.py`, `config/sd3.py`, `config/shapes.py`, `config/quickstart.py`)
+are small functions that start from `get_config()` here and override fields.
 
 Batch arithmetic (P = number of processes):
     images per epoch        = sample.batch_size × sample.num_batches_per_epoch × P
@@ -52,12 +52,6 @@ def get_config():
     sample.share_group_noise = False
     sample.sde_type = "flow_grpo"  # flow models' kernel: "flow_grpo" | "dance" | "cps" (see ddpo_grpo/sde.py)
     sample.noise_level = 0.7  # flow kernels' stochasticity a (flow_grpo: g = a·sqrt(σ/(1−σ)); cps: η ∈ [0,1])
-    # Explore only the low-frequency part of the latent: the kernel's noise (and the policy's density)
-    # lives in the subspace of noise_block × noise_block patch means, the rest of every step is the
-    # deterministic ODE / DDIM η=0 update (ddpo_grpo/sde.py, "Low-frequency exploration"): fewer
-    # explored coordinates, meant to lower the policy-gradient noise (what it did on ShapesWorld: README).
-    # 1 = isotropic (Flow-GRPO, DDPO); must divide the latent side (resolution / 8 for SD-family VAEs).
-    sample.noise_block = 1
     sample.eta = 1.0  # DDIM's η ∈ [0, 1] for SD-family models (0 = deterministic DDIM)
     sample.resolution = 512  # image side in pixels (multiple of the VAE downsampling factor)
     sample.max_sequence_length = 256  # text tokens for SD3's T5 slot (zeros when the pipeline has no T5)
@@ -74,7 +68,7 @@ def get_config():
     # "adamw" | "sgd". AdamW moves every parameter by about learning_rate per step whatever its
     # gradient's size, so when a policy gradient is mostly noise (small batches) its steps are mostly
     # noise too; SGD steps along the averaged gradient itself (step norm = learning_rate × train/grad_norm),
-    # which on the ShapesWorld models is what raises the reward (README, "ShapesWorld results").
+    # so its learning rate is read off the logged gradient norm (docs/metrics.md).
     train.optimizer = "adamw"
     train.sgd_momentum = 0.0  # "sgd" only
     train.learning_rate = 3e-4
@@ -131,22 +125,29 @@ def get_config():
     # ---- prompts ------------------------------------------------------------------------------
     config.prompts = prompts = ml_collections.ConfigDict()
     prompts.source = "simple"  # built-in name, a .txt file (one prompt a line) or a .json/.jsonl file of rows
-    # "" = draw rows uniformly; a row field (e.g. "task" of shapes_train) = every value of that field
-    # gets an equal share of each epoch's prompts (ShapesWorld's train split is 75 % position prompts)
+    # "" = draw rows uniformly; a row field (e.g. "task") = every value of that field gets an equal share
+    # of each epoch's prompts (for sources dominated by one kind of prompt)
     prompts.stratify_by = ""
 
-    # ---- evaluation (ShapesWorld judge; ddpo_grpo/evaluation.py, scripts/evaluate.py) ------------
+    # ---- evaluation (ddpo_grpo/evaluation.py; scripts/evaluate.py does the same offline) ---------------
+    # Deterministic samples (ODE / DDIM η=0, sample.eval_num_steps steps, fixed seeds) of eval.prompts,
+    # scored by eval.reward; a reward's per-sample info (e.g. a judge's strict / partial) gives the
+    # metrics and its group labels (info[group_by], else the row's field) the per-group table.
     config.eval = evaluation = ml_collections.ConfigDict()
     # evaluate once before training (report/before.json) and after every N epochs of training (epochs
     # N−1, 2N−1, … and the last), logging eval/* keys; 0 = never
     evaluation.freq = 0
-    evaluation.prompts = "shapes_test"  # prompt source whose rows the ShapesWorld judge can score
+    evaluation.prompts = ""  # a prompt source (as prompts.source); "" = prompts.source
+    evaluation.reward = ""  # a reward name or a reward.sources alias; "" = the first of reward.fns
+    evaluation.reward_kwargs = {}  # keyword arguments of eval.reward's factory ({} with eval.reward "": reward.kwargs)
+    evaluation.group_by = ""  # a row field / per-sample info label to group by (e.g. "task"); "" = no groups
+    # > 0: instead of every prompt × per_prompt, a balanced set of per_group samples per value of the rows'
+    # group_by field (each group's prompts cycled, one new seed per pass); eval/<group_by>_mean/* weights
+    # groups equally either way
+    evaluation.per_group = 0
+    evaluation.per_prompt = 1  # samples per prompt when per_group is 0
     evaluation.limit = 0  # evaluate only the first N prompts (0 = all)
-    evaluation.images_per_prompt = 1  # deterministic samples (ODE / DDIM η=0, sample.eval_num_steps) per prompt
-    # > 0: instead of every prompt × images_per_prompt, a task-balanced set of per_task images per task
-    # (each task's prompts cycled, one new seed per pass); eval/task_mean/* weights tasks equally either way
-    evaluation.per_task = 0
-    evaluation.seed = 0  # initial-noise seed of the evaluation images (fixed across epochs)
+    evaluation.seed = 0  # initial-noise seed of the evaluation samples (fixed across epochs)
 
     # ---- logging ------------------------------------------------------------------------------
     config.logging = logging = ml_collections.ConfigDict()

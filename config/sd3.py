@@ -1,7 +1,7 @@
 """Flow-GRPO experiments on Stable Diffusion 3.5 Medium (Liu et al. 2025, github.com/yifan123/flow_grpo).
 
     python scripts/train.py --config config/sd3.py:pickscore
-    accelerate launch --num_processes 8 scripts/train.py --config config/sd3.py:geneval
+    accelerate launch --num_processes 8 scripts/train.py --config config/sd3.py:pickscore_fast
 
 Recipe shared by every experiment here (values from Flow-GRPO's published `config/grpo.py`):
 10 SDE steps per training rollout (40 ODE steps for evaluation), CFG 4.5, 512 px, group of 24 images
@@ -139,28 +139,9 @@ def pickscore():
     return config
 
 
-def geneval():
-    """GenEval compositional reward (object, count, colour, position).
-
-    1152 images / (P × 9 per batch) = 128/P batches per process; 48 prompts × 24; 2 optimizer steps per epoch.
-    """
-    config = _flow_grpo("geneval")  # no "geneval" reward is registered yet (it needs an object detector)
-    config.prompts.source = "simple"  # replace with the GenEval metadata .jsonl (rows carry the tags)
-    return config
-
-
-def ocr():
-    """Visual text rendering: an OCR reward for the text quoted in the prompt.
-
-    1152 images / (P × 9 per batch) = 128/P batches per process; 48 prompts × 24; 2 optimizer steps per epoch.
-    """
-    config = _flow_grpo("ocr")  # no "ocr" reward is registered yet (it needs an OCR model)
-    config.prompts.source = "simple"  # replace with an OCR prompt file (text to render in quotes)
-    return config
-
-
-def geneval_fast():
-    """Flow-GRPO-Fast on GenEval (Flow-GRPO's geneval_sd3_fast_nocfg).
+def pickscore_fast():
+    """Flow-GRPO-Fast on PickScore (Flow-GRPO's fast recipes, e.g. geneval_sd3_fast_nocfg, on a reward
+    registered here).
 
     Only a window of 3 consecutive steps, placed at random among the first half of the 10-step
     schedule, is stochastic and trained; the other 7 are deterministic ODE steps. CFG is off, so every
@@ -168,7 +149,7 @@ def geneval_fast():
     1152 images / (P × 9 per batch) = 128/P batches per process; 2 optimizer steps per epoch, each
     over K = 3 transitions per sample instead of 9.
     """
-    config = geneval()
+    config = pickscore()
     s, t = config.sample, config.train
     s.sde_window_size = 3
     # Window start ∈ {0, 1, 2} (inclusive): the window stays inside steps 0..4, the noisy first half.
@@ -184,5 +165,10 @@ def geneval_fast():
     return config
 
 
+EXPERIMENTS = ("pickscore", "pickscore_fast")
+
+
 def get_config(name):
+    if name not in EXPERIMENTS:
+        raise ValueError(f"config/sd3.py has no experiment {name!r}; choose {' or '.join(EXPERIMENTS)}")
     return globals()[name]()

@@ -71,7 +71,10 @@ def _shapes(model: str):
 
     e = config.eval
     e.prompts = "shapes_test"
-    e.per_task = 48
+    e.reward = "shapes"
+    e.reward_kwargs = {"score": "strict"}
+    e.group_by = "task"
+    e.per_group = 48
     e.freq = 10
     return config
 

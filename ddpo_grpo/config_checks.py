@@ -71,9 +71,6 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "logging.tracker", config.logging.tracker, TRACKERS)
     if not 0 <= s.eta <= 1:
         p.append(f"sample.eta={s.eta} must be in [0, 1] (0 = deterministic DDIM, 1 = DDPM-like)")
-    block = s.get("noise_block", 1)
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        p.append(f"sample.noise_block={block!r} must be an integer ≥ 1 (1 = isotropic noise) dividing the latent side")
     if s.noise_level < 0 or (s.sde_type == "cps" and s.noise_level > 1):
         p.append(f"sample.noise_level={s.noise_level} must be ≥ 0 (and ≤ 1 for sde_type='cps')")
     if not 0 < t.timestep_fraction <= 1:
@@ -126,13 +123,16 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "train.optimizer", config.train.get("optimizer", "adamw"), ("adamw", "sgd"))
     if not 0.0 <= config.train.get("sgd_momentum", 0.0) < 1.0:
         p.append(f"train.sgd_momentum={config.train.sgd_momentum} must be in [0, 1)")
-    ev = config.get("eval")
-    if ev is not None:
-        for name in ("freq", "limit", "per_task"):
-            if ev.get(name, 0) < 0:
-                p.append(f"eval.{name}={ev.get(name)} must be ≥ 0 (0 = {'never' if name == 'freq' else 'off'})")
-        if ev.get("images_per_prompt", 1) < 1:
-            p.append(f"eval.images_per_prompt={ev.images_per_prompt} must be ≥ 1")
+    ev = config.eval
+    for name in ("freq", "limit", "per_group"):
+        if ev[name] < 0:
+            p.append(f"eval.{name}={ev[name]} must be ≥ 0 (0 = {'never' if name == 'freq' else 'off'})")
+    if ev.per_prompt < 1:
+        p.append(f"eval.per_prompt={ev.per_prompt} must be ≥ 1")
+    if ev.per_group and not ev.group_by:
+        p.append(f"eval.per_group={ev.per_group} needs eval.group_by (the row field to balance, e.g. 'task')")
+    if ev.freq and ev.reward and ev.reward not in config.reward.sources and ":" in ev.reward:
+        p.append(f"eval.reward={ev.reward!r}: give a file reward an alias in reward.sources and name the alias")
     if p:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
     return derived_totals(config, num_processes)

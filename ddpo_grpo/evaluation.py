@@ -1,190 +1,193 @@
-"""Deterministic ShapesWorld evaluation: fixed seeds, noise-free sampling, judge scores per task.
+"""Deterministic evaluation: fixed seeds, noise-free sampling, any reward, per-group tables.
 
-    evaluate(policy, rows, ...)   -> (metrics, images [N, 3, H, W], captions)
-    score_images(images, rows)    -> metrics            (the scoring alone, for any images)
-    judge_images(images, rows)    -> per-image results  (None where the judge does not apply)
-    save_grid(images, captions, path, nrow)             (PNG grid, written atomically)
-    image_seed(seed, i, k), derive_seed(*parts)         (the initial-noise seeds, shared with scripts/sample.py)
-    eval_items(rows, images_per_prompt, per_task)       which (prompt index, image index) pairs are sampled
+    evaluate(policy, rows, reward, ...)         -> (metrics, samples, captions)
+    score(samples, rows, reward, group_by)      -> metrics            (the scoring alone, for any samples)
+    summarize(values, groups, applicable)       -> metrics            (from per-sample values)
+    eval_items(rows, per_prompt, per_group, group_by)  which (prompt index, sample index) pairs are sampled
+    image_seed(seed, i, k)                      the initial-noise seed of sample k of prompt i
+    Evaluator                                   the trainer's hook: eval.* config → eval/* metrics
 
 Sampling is the policy's own sampler (`rollout.sample_rollout`) with noise_level 0: the flow ODE
 (Euler) for flow models, DDIM with η = 0 for SD. The only randomness is the initial noise, and
-image k of prompt i starts from the noise of seed `image_seed(seed, i, k)`, so a score does not
+sample k of prompt i starts from the noise of seed `image_seed(seed, i, k)`, so a score does not
 depend on the batch size or on which other prompts are evaluated, and `scripts/sample.py --seed s`
-draws the very same images.
+draws the very same samples.
 
-Which images: every prompt × images_per_prompt, or (per_task = N > 0) a task-balanced set of N images
-per task — each task's prompts in file order, cycled, the r-th pass using image index r. The test
-split has 3 single-object and 9 counting prompts against 312 position prompts; N = 48 gives each
-task the same weight and precision (±7 points standard error per task at 50 %) for 192 images
-instead of 402.
+Which samples: every prompt × per_prompt, or (per_group = N > 0) a balanced set of N samples per
+value of the rows' `group_by` field (e.g. ShapesWorld's "task") — each group's prompts in file
+order, cycled, the r-th pass using sample index r. ShapesWorld's test split has 3 single-object and
+9 counting prompts against 312 position prompts; N = 48 gives every task the same weight and
+precision for 192 images instead of 402.
 
-Scoring is the ShapesWorld judge (`worlds.shapes.judge.judge`, the same judge as the `shapes`
-reward), with each row's `task`/`objects`/`relation` fields when present (the rows of
-`load_prompts("shapes_test")`), else the parsed prompt. A prompt outside the grammar with no such
-fields is not applicable: it is left out of every mean and counted in `eval/not_applicable`.
+Scoring is any reward of the contract (`reward_models.contract`): `reward(samples, prompts, metadata)
+-> (scores, info)`. The evaluated metrics are the reward's per-sample numeric info entries (e.g. the
+ShapesWorld judge's `strict` and `partial`), or its score as `score` when it reports none. A sample's
+group is its reward's per-sample `info[group_by]` label when there is one (e.g. the judge's `task`),
+else its row's `group_by` field. A NaN score means "not applicable": the sample is left out of every
+mean and counted in `eval/not_applicable`.
 
-Metrics (means over the applicable images; NaN when there are none):
-    eval/strict, eval/partial                  all images (weights tasks by their share of the images)
-    eval/task_mean/strict, eval/task_mean/partial
-                                               the unweighted mean of the per-task accuracies: GenEval's
-                                               "overall" convention, and our headline number (the test
-                                               split is 78 % position prompts, which would otherwise
-                                               dominate)
-    eval/strict/<task>, eval/partial/<task>    per task present (single_object, counting, two_object, position)
-    eval/num_images                            images sampled (applicable or not)
-    eval/num_images/<task>                     images scored per task
-    eval/not_applicable                        images the judge could not score (a count)
+Metrics (means over the applicable samples; NaN when there are none), for each metric m:
+    eval/<m>                       all samples (groups weighted by their share of the samples)
+    eval/<group_by>_mean/<m>       the unweighted mean over groups: GenEval's "overall" convention, the
+                                   headline number when the eval set is unbalanced (e.g. eval/task_mean/strict)
+    eval/<m>/<group>               per group
+    eval/num_samples/<group>       samples scored per group
+    eval/num_samples               samples drawn (applicable or not)
+    eval/not_applicable            samples the reward could not score (a count)
+Groups appear in the order of their first sample.
 """
 
 from __future__ import annotations
 
 import math
-import os
-from typing import Any, Iterable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ddpo_grpo.seeding import derive_seed
-from worlds.shapes.world import CANVAS, TASKS
-
-# torch and the sampler are imported inside the functions that need them, so that scripts importing
-# the seed functions (scripts/sample.py) start fast, e.g. for --help.
 
 PREFIX = "eval"
 
 
-# --------------------------------------------------------------------------------------------
-# seeds
-# --------------------------------------------------------------------------------------------
-
-
 def image_seed(seed: int, prompt_index: int, k: int) -> int:
-    """Initial-noise seed of image k of prompt `prompt_index`: independent of batching."""
+    """Initial-noise seed of sample k of prompt `prompt_index`: independent of batching."""
     return derive_seed(seed, 0, prompt_index, k)
 
 
-# --------------------------------------------------------------------------------------------
-# scoring
-# --------------------------------------------------------------------------------------------
+def eval_items(
+    rows: Sequence[dict], per_prompt: int = 1, per_group: int = 0, group_by: str = ""
+) -> list[tuple[int, int]]:
+    """The (prompt index, sample index) pairs an evaluation samples, in sampling order.
 
-
-def _constraints(row):
-    """The row's Constraints, or None when the judge cannot handle it (not a ShapesWorld prompt)."""
-    from worlds.shapes.grammar import constraints_of
-
-    try:
-        return constraints_of(row)
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def judge_images(images: Iterable[Any], rows: Sequence, *, size: int = CANVAS) -> list[Optional[dict]]:
-    """The judge's verdict on each image against its row: a list of `judge()` results, None where the
-    row is not applicable.
-
-    images: a float tensor [N, 3, H, W] in [0, 1] or any sequence of images the judge accepts (uint8
-    [H, W, 3], float [3, H, W] / [H, W, 3]); rows: one dataset row (dict with "prompt" and optionally
-    task/objects/relation) or prompt string per image; size: judging resolution (images are resized).
+    per_group = 0: every row, per_prompt samples each. per_group = N > 0: N pairs per value of the rows'
+    `group_by` field (rows without one form a group of their own), each group's rows in file order,
+    cycled: pass r over the group's rows uses sample index r, so no pair repeats.
     """
-    from worlds.shapes.judge import judge
-
-    images = images.detach().float().cpu() if hasattr(images, "detach") else list(images)  # torch tensor or a sequence
-    if len(images) != len(rows):
-        raise ValueError(f"judge_images: {len(images)} images for {len(rows)} rows; pass one row per image")
-    results = []
-    for image, row in zip(images, rows):
-        c = _constraints(row)
-        results.append(None if c is None else judge(image, c, size=size))
-    return results
+    if per_group < 0 or per_prompt < 1:
+        raise ValueError(f"eval_items: per_group must be >= 0 and per_prompt >= 1, got {per_group} and {per_prompt}")
+    if not per_group:
+        return [(i, k) for i in range(len(rows)) for k in range(per_prompt)]
+    by_group: dict = {}
+    for i, row in enumerate(rows):
+        by_group.setdefault(row.get(group_by) if group_by else None, []).append(i)
+    return [(idx[j % len(idx)], j // len(idx)) for idx in by_group.values() for j in range(per_group)]
 
 
-def summarize(results: Sequence[Optional[dict]]) -> dict:
-    """Metrics (see the module docstring) from per-image `judge()` results (None = not applicable)."""
-    scored = [r for r in results if r is not None]
+def summarize(values: dict[str, Sequence[float]], groups: Sequence[Any], applicable: Sequence[bool],
+              group_by: str = "") -> dict:
+    """The metrics of the module docstring from per-sample `values` (metric -> one value per sample),
+    `groups` (one label per sample, None = no group) and `applicable` (False = left out)."""
+    keep = [i for i, ok in enumerate(applicable) if ok]
     metrics: dict = {}
-    for key in ("strict", "partial"):
-        metrics[f"{PREFIX}/{key}"] = float(np.mean([r[key] for r in scored])) if scored else math.nan
-    present = {r["task"] for r in scored}
-    tasks = [t for t in TASKS if t in present] + sorted(present - set(TASKS))
-    for task in tasks:
-        mine = [r for r in scored if r["task"] == task]
-        for key in ("strict", "partial"):
-            metrics[f"{PREFIX}/{key}/{task}"] = float(np.mean([r[key] for r in mine]))
-        metrics[f"{PREFIX}/num_images/{task}"] = len(mine)
-    for key in ("strict", "partial"):
-        per_task = [metrics[f"{PREFIX}/{key}/{t}"] for t in tasks]
-        metrics[f"{PREFIX}/task_mean/{key}"] = float(np.mean(per_task)) if per_task else math.nan
-    metrics[f"{PREFIX}/num_images"] = len(results)
-    metrics[f"{PREFIX}/not_applicable"] = len(results) - len(scored)
+    for name, vals in values.items():
+        vals = np.asarray(vals, dtype=np.float64)
+        metrics[f"{PREFIX}/{name}"] = float(vals[keep].mean()) if keep else math.nan
+    order = list(dict.fromkeys(groups[i] for i in keep if groups[i] is not None))
+    for group in order:
+        members = [i for i in keep if groups[i] == group]
+        for name, vals in values.items():
+            metrics[f"{PREFIX}/{name}/{group}"] = float(np.asarray(vals, dtype=np.float64)[members].mean())
+        metrics[f"{PREFIX}/num_samples/{group}"] = len(members)
+    if group_by:
+        for name in values:
+            per_group = [metrics[f"{PREFIX}/{name}/{g}"] for g in order]
+            metrics[f"{PREFIX}/{group_by}_mean/{name}"] = float(np.mean(per_group)) if per_group else math.nan
+    metrics[f"{PREFIX}/num_samples"] = len(applicable)
+    metrics[f"{PREFIX}/not_applicable"] = len(applicable) - len(keep)
     return metrics
 
 
-def score_images(images: Iterable[Any], rows: Sequence, *, size: int = CANVAS) -> dict:
-    """Judge `images` against `rows` (one each) and return the metrics; see `judge_images`."""
-    return summarize(judge_images(images, rows, size=size))
+@dataclass
+class Scored:
+    """Per-sample results of a reward on an evaluation: metric values, group labels, applicability."""
+
+    values: dict[str, list[float]]
+    groups: list[Any]
+    applicable: list[bool]
+
+    def extend(self, other: Scored) -> None:
+        if self.values and set(other.values) != set(self.values):
+            raise ValueError(f"the reward's per-sample metrics changed between batches: {sorted(self.values)} "
+                             f"then {sorted(other.values)}")
+        for name, vals in other.values.items():
+            self.values.setdefault(name, []).extend(vals)
+        self.groups.extend(other.groups)
+        self.applicable.extend(other.applicable)
 
 
-def eval_items(rows: Sequence[dict], images_per_prompt: int = 1, per_task: int = 0) -> list[tuple[int, int]]:
-    """The (prompt index, image index) pairs an evaluation samples, in sampling order.
+def score_batch(samples: Any, rows: Sequence[dict], reward: Callable, group_by: str = "") -> Scored:
+    """One batch through `reward`: per-sample metrics (its numeric per-sample info entries, else its score
+    as "score"), group labels (info[group_by], else each row's field) and applicability (finite score)."""
+    from reward_models.contract import coerce_scores, per_sample_entries
 
-    per_task = 0: every row, images_per_prompt images each. per_task = N > 0: N pairs per task (rows
-    grouped by their "task" field; rows without one form a group of their own), each task's rows in
-    file order, cycled: pass r over the task's rows uses image index r, so no pair repeats.
-    """
-    if per_task < 0 or images_per_prompt < 1:
-        raise ValueError(f"eval_items: per_task must be >= 0 and images_per_prompt >= 1, "
-                         f"got {per_task} and {images_per_prompt}")
-    if not per_task:
-        return [(i, k) for i in range(len(rows)) for k in range(images_per_prompt)]
-    by_task: dict = {}
-    for i, row in enumerate(rows):
-        by_task.setdefault(row.get("task") if isinstance(row, dict) else None, []).append(i)
-    return [(idx[j % len(idx)], j // len(idx)) for idx in by_task.values() for j in range(per_task)]
+    if len(samples) != len(rows):
+        raise ValueError(f"evaluation: {len(samples)} samples for {len(rows)} rows; pass one row per sample")
+    prompts = [r["prompt"] for r in rows]
+    metadata = [{k: v for k, v in r.items() if k != "prompt"} for r in rows]
+    scores, info = reward(samples, prompts, metadata)
+    scores = coerce_scores("eval.reward", scores, len(rows))
+    entries = per_sample_entries(info or {}, len(rows))
+    values = {k: [float(x) for x in v] for k, v in entries.items() if k != group_by and _numeric(v)}
+    if not values:
+        values = {"score": scores.astype(np.float64).tolist()}
+    if group_by and group_by in entries:
+        groups = [g if g not in ("", None) else None for g in entries[group_by]]
+    else:
+        groups = [r.get(group_by) if group_by else None for r in rows]
+    return Scored(values, groups, [bool(np.isfinite(s)) for s in scores])
 
 
-# --------------------------------------------------------------------------------------------
-# sampling + scoring
-# --------------------------------------------------------------------------------------------
+def _numeric(values: list) -> bool:
+    return all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values)
+
+
+def score(samples: Any, rows: Sequence[dict], reward: Callable, group_by: str = "") -> dict:
+    """Score `samples` (one per row) with `reward` and return the metrics; see `score_batch`."""
+    scored = score_batch(samples, rows, reward, group_by)
+    return summarize(scored.values, scored.groups, scored.applicable, group_by)
 
 
 def evaluate(
     policy,
     rows: Sequence[dict],
+    reward: Callable | None,
     *,
     num_steps: int,
     guidance_scale: float,
-    images_per_prompt: int = 1,
-    per_task: int = 0,
+    per_prompt: int = 1,
+    per_group: int = 0,
+    group_by: str = "",
     seed: int = 0,
     batch_size: int = 16,
     negative_prompt: str = "",
     autocast=None,
     model=None,
-    max_images: Optional[int] = None,
+    max_samples: int | None = None,
 ):
-    """Sample the images of `eval_items(rows, images_per_prompt, per_task)` deterministically and score them.
+    """Sample the items of `eval_items(rows, per_prompt, per_group, group_by)` deterministically and score them.
 
-    policy: a `Policy` adapter; rows: dataset rows with a "prompt" key; model: the denoiser to call
-    (default `policy.denoiser`; pass a wrapped one, e.g. with EMA weights applied, as the trainer
-    does); autocast: a context-manager factory for mixed precision (None: full precision).
-    max_images: keep only the first that many images in the returned tensor (all are scored), to
+    policy: a `Policy` adapter; rows: dataset rows with a "prompt" key; reward: a reward fn of the
+    contract (None: sample only, the metrics are {}); model: the denoiser to call (default `policy.denoiser`; pass a wrapped one, e.g. with EMA
+    weights applied); autocast: a context-manager factory for mixed precision (None: full precision).
+    max_samples: keep only the first that many samples in the returned tensor (all are scored), to
     bound host memory on large evaluations; None keeps them all.
 
-    Returns (metrics, images, captions): images float [N, 3, H, W] in [0, 1] on the CPU in the order
-    of the items (per_task = 0: prompt 0 images 0…K−1, prompt 1, …), captions their prompts.
+    Returns (metrics, samples, captions): samples as the policy decodes them (images: float
+    [N, 3, H, W] in [0, 1]) on the CPU in the order of the items, captions their prompts.
     """
     import torch
 
     from ddpo_grpo import rollout as rollout_lib
 
-    for name, value in (("num_steps", num_steps), ("images_per_prompt", images_per_prompt), ("batch_size", batch_size)):
+    for name, value in (("num_steps", num_steps), ("per_prompt", per_prompt), ("batch_size", batch_size)):
         if value < 1:
             raise ValueError(f"evaluate: {name} must be >= 1, got {value}")
     model = policy.denoiser if model is None else model
-    items = eval_items(rows, images_per_prompt, per_task)
-    keep = len(items) if max_images is None else max(0, int(max_images))
-    results, kept, captions = [], [], []
+    items = eval_items(rows, per_prompt, per_group, group_by)
+    keep = len(items) if max_samples is None else max(0, int(max_samples))
+    scored, kept, captions = Scored({}, [], []), [], []
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
@@ -197,39 +200,52 @@ def evaluate(
                     policy, model, batch_rows, seeds=[image_seed(seed, i, k) for i, k in batch], num_steps=num_steps,
                     guidance_scale=guidance_scale, noise_level=0.0, negative_prompt=negative_prompt, autocast=autocast,
                 )
-                images = rollout.images.detach().float().cpu()  # [b, 3, H, W]
-                results.extend(judge_images(images, batch_rows))
+                samples = rollout.samples.detach().float().cpu()  # [b, ...]
+                if reward is not None:
+                    scored.extend(score_batch(samples, batch_rows, reward, group_by))
                 if start < keep:
-                    kept.append(images[: keep - start])
+                    kept.append(samples[: keep - start])
                     captions.extend(r["prompt"] for r in batch_rows[: keep - start])
     finally:
         if was_training and hasattr(model, "train"):
             model.train()
-    images = torch.cat(kept) if kept else torch.zeros(0, 3, 0, 0)
-    return summarize(results), images, captions
+    samples = torch.cat(kept) if kept else torch.zeros(0)
+    metrics = summarize(scored.values, scored.groups, scored.applicable, group_by) if reward is not None else {}
+    return metrics, samples, captions
 
 
-# --------------------------------------------------------------------------------------------
-# image grid
-# --------------------------------------------------------------------------------------------
+class Evaluator:
+    """The trainer's evaluation hook: `eval.*` of the config → eval/* metrics of deterministic samples.
+
+    Built once per run; `reward` is a reward fn of the contract (the trainer builds it from eval.reward).
+    `__call__(sample)` runs the evaluation with `sample`, a callable with the signature of `evaluate`
+    minus its first argument (the trainer's deterministic sampler, EMA weights applied), and returns the
+    metrics; the trainer calls it before the first update and after every eval.freq epochs.
+    """
+
+    def __init__(self, config, reward: Callable):
+        from ddpo_grpo.prompts import load_prompts
+
+        e = config.eval
+        rows = load_prompts(e.prompts or config.prompts.source)
+        self.rows = rows[: e.limit] if e.limit else rows
+        self.reward, self.freq = reward, e.freq
+        self.kwargs = dict(per_prompt=e.per_prompt, per_group=e.per_group, group_by=e.group_by)
+
+    def due(self, epoch: int, last: bool) -> bool:
+        """After every `freq` epochs of training and after the last (never when freq is 0)."""
+        return every(epoch, self.freq, last)
+
+    def __call__(self, sample: Callable) -> dict:
+        metrics, _, _ = sample(self.rows, self.reward, max_samples=0, **self.kwargs)
+        return metrics
 
 
-def save_grid(images, captions: Sequence[str], path, nrow: Optional[int] = None) -> None:
-    """Tile `images` (float [N, 3, H, W] in [0, 1]) into one PNG at `path`, written atomically
-    (temporary file + os.replace); `nrow` images per row (default ⌈√N⌉). The captions (one per
-    image, in order) are stored in the PNG's "captions" text chunk as a JSON list, as the training
-    run's sample grids do."""
-    from ddpo_grpo.logging_utils import _atomic_save_png, _images_to_uint8, make_grid_uint8
-
-    if len(images) == 0:
-        raise ValueError("save_grid: no images to save")
-    if len(captions) != len(images):
-        raise ValueError(f"save_grid: {len(captions)} captions for {len(images)} images")
-    grid = make_grid_uint8(_images_to_uint8(images), nrow=nrow)  # [H', W', 3]
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    _atomic_save_png(grid, os.fspath(path), list(captions))
+def every(epoch: int, freq: int, last: bool) -> bool:
+    """Whether an "every `freq` epochs" action runs after `epoch` (0-based): after epochs freq − 1,
+    2·freq − 1, … and after the last one; never when freq is 0. So with eval.freq = 8 the evaluations
+    follow 8, 16, … epochs of training, and the untrained model is the run's "before" evaluation."""
+    return bool(freq) and ((epoch + 1) % freq == 0 or last)
 
 
-__all__ = [
-    "derive_seed", "image_seed", "eval_items", "judge_images", "summarize", "score_images", "evaluate", "save_grid",
-]
+__all__ = ["Evaluator", "derive_seed", "eval_items", "evaluate", "every", "image_seed", "score", "summarize"]

@@ -21,6 +21,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from reward_models.contract import to_uint8
+
 # ---------------------------------------------------------------------------
 # value conversion / image grid helpers
 # ---------------------------------------------------------------------------
@@ -45,16 +47,6 @@ def _to_json_value(key: str, value: Any) -> Any:
     raise ValueError(f"metric {key!r} has unsupported type {type(value).__name__}; log a number or a string")
 
 
-def _images_to_uint8(images: Any) -> np.ndarray:
-    """``(B, 3, H, W)`` floats in [0, 1] -> uint8 ``(B, H, W, 3)``."""
-    if hasattr(images, "detach"):
-        images = images.detach().float().cpu().numpy()
-    arr = np.asarray(images, dtype=np.float32)
-    if arr.ndim != 4 or arr.shape[1] != 3:
-        raise ValueError(f"log_images expects a (B, 3, H, W) tensor in [0, 1], got shape {tuple(arr.shape)}")
-    return np.round(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8).transpose(0, 2, 3, 1)
-
-
 def make_grid_uint8(images: np.ndarray, nrow: Optional[int] = None, padding: int = 2) -> np.ndarray:
     """Tile uint8 ``(B, H, W, 3)`` images into one ``(H', W', 3)`` grid with ``nrow`` per row.
 
@@ -72,7 +64,7 @@ def make_grid_uint8(images: np.ndarray, nrow: Optional[int] = None, padding: int
     return grid
 
 
-def _atomic_write(path: str, data: bytes) -> None:
+def atomic_write(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` via an fsynced temp file + ``os.replace`` (never half-written)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
@@ -86,16 +78,24 @@ def _atomic_write(path: str, data: bytes) -> None:
             os.remove(tmp)
 
 
-def _atomic_save_png(grid: np.ndarray, path: str, captions: List[str]) -> None:
-    """Write ``grid`` as PNG to ``path`` atomically (captions in a tEXt chunk)."""
+def save_grid(images: Any, captions: List[str], path: str, nrow: Optional[int] = None) -> None:
+    """Tile float ``(N, 3, H, W)`` images in [0, 1] into one PNG at ``path``, written atomically
+    (fsynced temporary file + ``os.replace``); ``nrow`` images per row (default ⌈√N⌉). The captions (one
+    per image, in order) go into the PNG's "captions" text chunk as a JSON list."""
     from PIL import Image
     from PIL.PngImagePlugin import PngInfo
 
+    arr = to_uint8(images)
+    if len(arr) == 0:
+        raise ValueError("save_grid: no images to save")
+    if len(captions) != len(arr):
+        raise ValueError(f"save_grid: {len(captions)} captions for {len(arr)} images")
     info = PngInfo()
     info.add_text("captions", json.dumps(list(captions)))
     buf = io.BytesIO()
-    Image.fromarray(grid).save(buf, format="PNG", pnginfo=info)
-    _atomic_write(path, buf.getvalue())
+    Image.fromarray(make_grid_uint8(arr, nrow=nrow)).save(buf, format="PNG", pnginfo=info)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(os.fspath(path), buf.getvalue())
 
 
 def supersede_rows(metrics_path: str, first_epoch: int) -> int:
@@ -126,7 +126,7 @@ def supersede_rows(metrics_path: str, first_epoch: int) -> int:
         f.writelines(moved)
         f.flush()
         os.fsync(f.fileno())
-    _atomic_write(metrics_path, "".join(keep).encode("utf-8"))
+    atomic_write(metrics_path, "".join(keep).encode("utf-8"))
     return len(moved)
 
 
@@ -315,14 +315,12 @@ class MetricsLogger:
         if not self.enabled:
             return None
         self._check_open()
-        arr = _images_to_uint8(images)
+        arr = to_uint8(images)
         if len(captions) != len(arr):
             raise ValueError(f"log_images got {len(arr)} images but {len(captions)} captions")
-        grid = make_grid_uint8(arr, nrow=nrow)
-        os.makedirs(self.samples_dir, exist_ok=True)
         path = os.path.join(self.samples_dir, f"epoch_{int(epoch):05d}.png")
-        _atomic_save_png(grid, path, captions)
-        self._tracker.log_images(arr, grid, list(captions), step=int(global_step))
+        save_grid(images, captions, path, nrow=nrow)
+        self._tracker.log_images(arr, make_grid_uint8(arr, nrow=nrow), list(captions), step=int(global_step))
         return path
 
     def _check_open(self) -> None:

@@ -8,7 +8,7 @@ A rollout of T steps stores, per sample,
     noise_levels the kernel's stochasticity per step (0 = ODE / η = 0 step):         [B, T]
     train_steps  indices j of the transitions the trainer optimises, and a validity mask: [B, K]
     cond         prompt embeddings incl. the negative / unconditional ones:          name -> [B, ...]
-    images       decoded outputs in [0, 1]:                                          [B, 3, H, W]
+    samples      decoded outputs (images in [0, 1]: [B, 3, H, W]; other families their own)  [B, ...]
     prompts, metadata (dataset rows)
 
 Note the index convention: here j counts sampling steps forward (j = 0 is the noisiest), unlike the
@@ -42,7 +42,7 @@ class Rollout:
     train_steps: torch.Tensor
     train_mask: torch.Tensor
     cond: dict
-    images: torch.Tensor
+    samples: torch.Tensor
     prompts: list
     metadata: list
 
@@ -199,7 +199,7 @@ def sample_rollout(
         log_probs.append(step.log_prob)
         stochastic.append(step.std.flatten() > 0)
     with autocast():
-        images = policy.decode(x)
+        samples = policy.decode(x)
     stochastic = torch.stack(stochastic, dim=1)  # [B, T]
     train_steps, train_mask = plan.train_steps(stochastic, rng)
     return Rollout(
@@ -211,7 +211,7 @@ def sample_rollout(
         train_steps=train_steps.to(device),
         train_mask=train_mask.to(device),
         cond=cond,
-        images=images.float(),
+        samples=samples.float(),
         prompts=prompts,
         metadata=metadata,
     )

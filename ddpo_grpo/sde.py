@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple, Optional, Union
 
 import torch
 
-__all__ = ["Step", "flow_sde_step", "ddim_step", "low_pass", "check_flow_args", "check_ddim_args", "SDE_TYPES", "PREDICTION_TYPES"]
+__all__ = ["Step", "flow_sde_step", "ddim_step", "check_flow_args", "check_ddim_args", "SDE_TYPES", "PREDICTION_TYPES"]
 
 Scalar = Union[float, torch.Tensor]
 
@@ -55,11 +55,9 @@ class Step(NamedTuple):
         prev_sample: ``[B, ...]``, dtype of ``sample``. The drawn (or scored) next state.
         log_prob: ``[B]``, float32 (float64 for float64 inputs). Gaussian log-density
             of ``prev_sample`` averaged over every non-batch dimension; exactly 0
-            for deterministic (``std == 0``) samples. With ``noise_block`` b > 1: the density of
-            the k coarse coordinates ``Pᵀ prev_sample``, averaged over those k.
+            for deterministic (``std == 0``) samples.
         mean: ``[B, ...]``, float32/float64. Mean of the Gaussian transition.
-        std: ``[B, 1, ..., 1]``, float32/float64. Standard deviation multiplying the unit noise
-            (for b > 1 the unit noise is ``P z``, of orthonormal columns).
+        std: ``[B, 1, ..., 1]``, float32/float64. Standard deviation multiplying the unit noise.
     """
 
     prev_sample: torch.Tensor
@@ -133,16 +131,8 @@ def _gaussian_step(
     sample: torch.Tensor,
     prev_sample: Optional[torch.Tensor],
     generator: Optional[torch.Generator],
-    noise_block: int = 1,
 ) -> Step:
-    """Sample (or score) ``N(mean, std^2)``; std == 0 rows are deterministic with log_prob 0.
-
-    noise_block b > 1: the Gaussian lives in the low-frequency subspace of :func:`low_pass` (see
-    :func:`_low_frequency_mean`): the drawn noise is ``std · P z`` with ``z ~ N(0, I_k)`` on the
-    ``h/b × w/b`` grid, and the log-density is that of the k coordinates ``Pᵀ(x − mean)``.
-    """
-    if noise_block > 1:
-        return _low_frequency_gaussian(mean, std, sample, prev_sample, generator, noise_block)
+    """Sample (or score) ``N(mean, std^2)``; std == 0 rows are deterministic with log_prob 0."""
     if prev_sample is None:
         noise = torch.randn(sample.shape, generator=generator, device=sample.device, dtype=torch.float32)  # [B, ...]
         drawn = torch.addcmul(mean, std, noise.to(mean.dtype))  # [B, ...]; std = 0 rows give mean exactly
@@ -160,75 +150,6 @@ def _gaussian_tail(sq_err: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, 
     log_prob = -sq_err / (2 * safe_std.square()) - torch.log(safe_std) - _HALF_LOG_2PI  # [B]
     log_prob = torch.where(stochastic, log_prob, torch.zeros_like(log_prob))  # [B]
     return Step(prev_sample=prev_sample, log_prob=log_prob, mean=mean, std=std.contiguous())
-
-
-# ----------------------------------------------------------------------------
-# Low-frequency exploration (sample.noise_block)
-# ----------------------------------------------------------------------------
-#
-# Motivation: with latents of d = C·h·w coordinates, the group-relative estimator sum_i A_i eps_i / std
-# of the reward's dependence on the noise has a noise norm ~ sqrt(N·d) for N samples, whatever part of
-# the reward the noise explains. Layout (how many shapes, where) lives in the coarse part of the latent;
-# exploring only there cuts d by b². (What it changed in practice is measured in the README.)
-#
-# Derivation. Let P be the d × k matrix (k = C·(h/b)·(w/b)) whose column for block (c, I, J) is
-# 1/b on the b × b pixels of that block and 0 elsewhere: its columns are orthonormal, Pᵀy = b·(block
-# means of y), and P Pᵀ y = the block means of y broadcast back over each block (`low_pass`).
-# Every kernel of this module is, coordinate by coordinate, the same affine map of (x, model output)
-# with scalar coefficients, so in the orthonormal basis (P, P⊥) it acts on each subspace separately.
-# Running the stochastic kernel in span(P) and its deterministic (noise 0) version in span(P)⊥:
-#     mean = mean_0 + P Pᵀ (mean_s − mean_0),     x_next = mean + std · P z,   z ~ N(0, I_k).
-# Each subspace then follows a kernel that preserves the marginals in its own coordinates (for the
-# reverse SDE, dx = [v − ½ G Gᵀ ∇log p] dσ + G dw with G Gᵀ = g² P Pᵀ is marginal-preserving for the
-# same reason as the isotropic one, see `_flow_grpo_coeffs`; for DDIM and CPS the per-coordinate
-# argument holds in any orthonormal basis). The policy is the Gaussian of the k coordinates
-# Pᵀ x_next ~ N(Pᵀ mean, std² I_k); x_next's other coordinates are deterministic given the state, as
-# the ODE steps outside an SDE window are. Per pixel the noise has std/b; per coarse coordinate it
-# has std, exactly the exploration the isotropic kernel puts into span(P).
-
-
-def _broadcast_blocks(y: torch.Tensor, block: int) -> torch.Tensor:
-    """[B, C, h/b, w/b] -> [B, C, h, w]: every value copied over its block × block patch."""
-    return y.repeat_interleave(block, dim=-2).repeat_interleave(block, dim=-1)
-
-
-def low_pass(y: torch.Tensor, block: int) -> torch.Tensor:
-    """P Pᵀ y: the mean of every block × block patch of the last two dims, broadcast back. [B, C, h, w]."""
-    return _broadcast_blocks(torch.nn.functional.avg_pool2d(y, int(block)), int(block))
-
-
-def _check_block(sample: torch.Tensor, block: int) -> None:
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"`noise_block` must be an integer >= 1, got {block!r}")
-    if block > 1 and (sample.ndim != 4 or sample.shape[-1] % block or sample.shape[-2] % block):
-        raise ValueError(
-            f"`noise_block`={block} needs [B, C, h, w] latents with h and w divisible by it, got shape {tuple(sample.shape)}"
-        )
-
-
-def _low_frequency_mean(
-    kernel: Callable[[torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"], level: torch.Tensor, block: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, std) of `kernel(level)` in span(P) and of `kernel(0)` in its complement (see above)."""
-    mean_s, std = kernel(level)
-    if block == 1:
-        return mean_s, std
-    mean_0, _ = kernel(torch.zeros_like(level))
-    return mean_0 + low_pass(mean_s - mean_0, block), std
-
-
-def _low_frequency_gaussian(mean, std, sample, prev_sample, generator, block: int) -> Step:
-    """`_gaussian_step` for noise in span(P): draw std·P z, score the k coordinates Pᵀ(x − mean)."""
-    b, h, w = sample.shape[0], sample.shape[-2], sample.shape[-1]
-    if prev_sample is None:
-        z = torch.randn((b, sample.shape[1], h // block, w // block), generator=generator, device=sample.device,
-                        dtype=torch.float32)  # [B, C, h/b, w/b]
-        pz = _broadcast_blocks(z, block) / block  # P z: [B, C, h, w]
-        prev_sample = torch.addcmul(mean, std, pz.to(mean.dtype)).to(sample.dtype).detach()  # [B, C, h, w]
-    x = prev_sample.detach().to(mean.dtype)  # [B, C, h, w]
-    coords = torch.nn.functional.avg_pool2d(x - mean, block) * block  # Pᵀ(x − mean): [B, C, h/b, w/b]
-    sq_err = coords.square().mean(dim=(1, 2, 3))  # [B]
-    return _gaussian_tail(sq_err, mean, std, prev_sample)
 
 
 # ----------------------------------------------------------------------------
@@ -409,7 +330,6 @@ def flow_sde_step(
     prev_sample: Optional[torch.Tensor] = None,
     generator: Optional[torch.Generator] = None,
     validate: bool = True,
-    noise_block: int = 1,
 ) -> Step:
     """One stochastic step ``sigma -> sigma_next`` of a flow-matching (velocity) model.
 
@@ -425,8 +345,6 @@ def flow_sde_step(
         prev_sample: if given, score this ``[B, ...]`` tensor instead of drawing one.
         generator: torch generator for the unit noise (ignored when scoring).
         validate: check the arguments' ranges (one host sync); see :func:`check_flow_args`.
-        noise_block: 1 = isotropic noise; b > 1 = noise (and the policy's density) only in the
-            low-frequency subspace of b × b block means, the ODE step elsewhere (see :func:`low_pass`).
 
     Returns:
         :class:`Step`.
@@ -444,10 +362,8 @@ def flow_sde_step(
 
     x = sample.to(dtype)  # [B, ...]
     v = model_output.to(dtype)  # [B, ...]
-    _check_block(sample, noise_block)
-    kernel = _FLOW_KERNELS[sde_type]
-    mean, std = _low_frequency_mean(lambda a: kernel(x, v, sig, sig_next, a), level, noise_block)  # [B, ...], [B, 1, ..., 1]
-    return _gaussian_step(mean, std, sample, prev_sample, generator, noise_block)
+    mean, std = _FLOW_KERNELS[sde_type](x, v, sig, sig_next, level)  # [B, ...], [B, 1, ..., 1]
+    return _gaussian_step(mean, std, sample, prev_sample, generator)
 
 
 # ----------------------------------------------------------------------------
@@ -539,7 +455,6 @@ def ddim_step(
     generator: Optional[torch.Generator] = None,
     prediction_type: str = "epsilon",
     validate: bool = True,
-    noise_block: int = 1,
 ) -> Step:
     """One stochastic DDIM step ``t -> t_prev``.
 
@@ -555,7 +470,6 @@ def ddim_step(
         prediction_type: one of :data:`PREDICTION_TYPES` (``"epsilon"``,
             ``"v_prediction"``, ``"sample"``).
         validate: check the arguments' ranges (one host sync); see :func:`check_ddim_args`.
-        noise_block: as in :func:`flow_sde_step` (η in the low-frequency subspace, η = 0 elsewhere).
 
     Returns:
         :class:`Step`.
@@ -574,6 +488,5 @@ def ddim_step(
     x = sample.to(dtype)  # [B, ...]
     out = model_output.to(dtype)  # [B, ...]
     x0_hat, eps_hat = _DDIM_PREDICTIONS[prediction_type](x, out, a_t)  # [B, ...], [B, ...]
-    _check_block(sample, noise_block)
-    mean, std = _low_frequency_mean(lambda e: _ddim_coeffs(x0_hat, eps_hat, a_t, a_prev, e), eta_t, noise_block)
-    return _gaussian_step(mean, std, sample, prev_sample, generator, noise_block)
+    mean, std = _ddim_coeffs(x0_hat, eps_hat, a_t, a_prev, eta_t)  # [B, ...], [B, 1, ..., 1]
+    return _gaussian_step(mean, std, sample, prev_sample, generator)

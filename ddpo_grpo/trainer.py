@@ -32,14 +32,15 @@ import numpy as np
 import torch
 
 from ddpo_grpo import checkpoint as ckpt
-from ddpo_grpo import report
 from ddpo_grpo.advantages import RewardAdvantages, group_keys
 from ddpo_grpo.config_checks import validate
+from ddpo_grpo.evaluation import Evaluator, evaluate, every
 from ddpo_grpo.logging_utils import MetricsLogger
 from ddpo_grpo.losses import aggregation_weight, kl_estimator, policy_loss
 from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, load_pipeline
 from ddpo_grpo.prompts import PromptSampler, load_prompts
 from ddpo_grpo.reference import Reference
+from ddpo_grpo.report import RunReport
 from ddpo_grpo.rollout import Rollout, StepPlan, sample_rollout, transition_inputs
 from ddpo_grpo.seeding import derive_seed
 from ddpo_grpo.weights import EMA, trainable_parameters
@@ -143,7 +144,7 @@ class Trainer:
         pipeline = load_pipeline(self.model_path)
         self.policy = build_policy(
             pipeline, resolution=cfg.sample.resolution, max_sequence_length=cfg.sample.max_sequence_length,
-            sde_type=cfg.sample.sde_type, noise_block=cfg.sample.noise_block,
+            sde_type=cfg.sample.sde_type,
         )
         weight_dtype = WEIGHT_DTYPES[cfg.mixed_precision]
         pipeline.to(self.acc.device)
@@ -209,11 +210,27 @@ class Trainer:
                 f"{self.policy.noise_field}={self.noise_level}: with no noise every sampling step is deterministic "
                 f"and there is no transition to train; set {self.policy.noise_field} > 0 for this {type(self.policy).__name__}"
             )
+        self.evaluator = Evaluator(cfg, self._eval_reward()) if cfg.eval.freq else None
+        report_rows = self.evaluator.rows if self.evaluator is not None else self.rows
+        self.report = RunReport(
+            self.run_dir, [report_rows[i % len(report_rows)] for i in range(cfg.logging.num_images)],
+            self.policy.preview, group_by=cfg.eval.group_by,
+        )
         self._reward_pool = None
         if cfg.reward.num_workers > 0:
             from concurrent.futures import ThreadPoolExecutor
 
             self._reward_pool = ThreadPoolExecutor(cfg.reward.num_workers, thread_name_prefix="reward")
+
+    def _eval_reward(self):
+        """The evaluation reward: eval.reward (a name, or an alias of reward.sources) with eval.reward_kwargs;
+        "" = the first training reward with its reward.kwargs."""
+        from reward_models import load_reward
+
+        r, e = self.config.reward, self.config.eval
+        name = e.reward or next(iter(r.fns))
+        kwargs = dict(e.reward_kwargs) if e.reward else dict(r.kwargs.get(name, {}))
+        return load_reward(r.sources.get(name, name), **kwargs)
 
     def _print_startup(self):
         if not self.main:
@@ -272,10 +289,10 @@ class Trainer:
 
     def _score(self, rollout: Rollout):
         """Reward scores of one batch: a Future when reward.num_workers > 0, else the scores themselves."""
-        images = rollout.images.cpu()
+        samples = rollout.samples.cpu()
         if self._reward_pool is None:
-            return self.reward(images, rollout.prompts, rollout.metadata)[0]
-        return self._reward_pool.submit(lambda: self.reward(images, rollout.prompts, rollout.metadata)[0])
+            return self.reward(samples, rollout.prompts, rollout.metadata)[0]
+        return self._reward_pool.submit(lambda: self.reward(samples, rollout.prompts, rollout.metadata)[0])
 
     # ------------------------------------------------------------------ phase 2: advantages
     def _gather(self, values: np.ndarray) -> np.ndarray:
@@ -431,7 +448,7 @@ class Trainer:
             if self.reference is not None:
                 self.reference.after_epoch(epoch)
             last = epoch == cfg.num_epochs - 1
-            if _due(epoch, cfg.eval.freq, last):
+            if self.evaluator is not None and self.evaluator.due(epoch, last):
                 start = time.perf_counter()
                 metrics.update(self.evaluate())
                 timing["eval"] = time.perf_counter() - start
@@ -441,12 +458,13 @@ class Trainer:
             self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
             if self.main:
                 print(_summary(epoch, metrics), flush=True)
-            if _due(epoch, cfg.logging.image_freq, last):
-                self.log_images(epoch)
-            if _due(epoch, cfg.save_freq, last):
+            if every(epoch, cfg.logging.image_freq, last) and self.main:
+                self.report.log_grid(self.sample_fixed, self.logger, epoch=epoch, global_step=self.global_step)
+            if every(epoch, cfg.save_freq, last):
                 self.save_checkpoint(epoch)
         final = self.export_final()
-        self.finish_report(metrics)
+        if self.main:
+            self.report.finish(self.sample_fixed, metrics)
         self.logger.close()
         if self._reward_pool is not None:
             self._reward_pool.shutdown()
@@ -456,70 +474,30 @@ class Trainer:
     def _weights_for_eval(self):
         return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
 
-    def sample_fixed(self, rows, *, images_per_prompt: int = 1, per_task: int = 0, max_images=None):
-        """Deterministic samples (ODE / DDIM η=0, sample.eval_num_steps) of `rows` from fixed seeds
-        (eval.seed), with the EMA weights when train.ema: (judge metrics, images, captions)."""
-        from ddpo_grpo.evaluation import evaluate
-
+    def sample_fixed(self, rows, reward=None, **kwargs):
+        """Deterministic samples (ODE / DDIM η=0, sample.eval_num_steps, seeds from eval.seed) of `rows`,
+        with the EMA weights when train.ema, scored by `reward` when given: `evaluation.evaluate`'s
+        (metrics, samples, captions). The callable the evaluation and report hooks are handed."""
         cfg, s = self.config, self.config.sample
         with self._weights_for_eval():
             return evaluate(
-                self.policy, rows, num_steps=s.eval_num_steps, guidance_scale=s.guidance_scale,
-                images_per_prompt=images_per_prompt, per_task=per_task, seed=cfg.eval.seed, batch_size=s.batch_size,
-                negative_prompt=s.negative_prompt, autocast=self.autocast, max_images=max_images,
+                self.policy, rows, reward, num_steps=s.eval_num_steps, guidance_scale=s.guidance_scale,
+                seed=cfg.eval.seed, batch_size=s.batch_size, negative_prompt=s.negative_prompt,
+                autocast=self.autocast, **kwargs,
             )
 
-    def report_rows(self) -> list[dict]:
-        """The fixed prompts of image grids and of the before/after picture (eval prompts if evaluating)."""
-        cfg = self.config
-        rows = load_prompts(cfg.eval.prompts) if cfg.eval.freq else self.rows
-        return [rows[i % len(rows)] for i in range(cfg.logging.num_images)]
-
-    def log_images(self, epoch: int) -> None:
-        if self.main:
-            _, images, captions = self.sample_fixed(self.report_rows())
-            self.logger.log_images(images, captions, epoch=epoch, global_step=self.global_step)
-
     def evaluate(self) -> dict:
-        """ShapesWorld judge scores of deterministic samples of the eval prompts (eval/* keys).
-
-        Computed by the main process; the others wait.
-        """
-        cfg = self.config
-        metrics = {}
-        if self.main:
-            rows = load_prompts(cfg.eval.prompts)
-            rows = rows[: cfg.eval.limit] if cfg.eval.limit else rows
-            metrics, _, _ = self.sample_fixed(rows, images_per_prompt=cfg.eval.images_per_prompt,
-                                              per_task=cfg.eval.per_task, max_images=0)
+        """eval/* metrics of the evaluation hook, computed by the main process (the others wait)."""
+        metrics = self.evaluator(self.sample_fixed) if self.main else {}
         self.acc.wait_for_everyone()
         return metrics
 
     def record_before(self) -> None:
-        """Before the first update: fixed-prompt samples and (with eval.freq) the eval metrics."""
-        metrics = self.evaluate() if self.config.eval.freq else {}
+        """Before the first update: the evaluation (with eval.freq) and the report's fixed-prompt samples."""
+        metrics = self.evaluate() if self.evaluator is not None else {}
         if self.main:
-            _, images, captions = self.sample_fixed(self.report_rows())
-            report.save_before(self.run_dir, images, captions, metrics)
+            self.report.before(self.sample_fixed, metrics)
         self.acc.wait_for_everyone()
-
-    def finish_report(self, last_metrics: dict) -> None:
-        """before_after.png, metrics.png and the per-task before/after table (main process)."""
-        if not self.main:
-            return
-        before = report.load_before(self.run_dir)
-        if before is not None:
-            images, captions, before_metrics = before
-            _, after, _ = self.sample_fixed(self.report_rows())
-            print(f"before/after samples: {report.save_before_after(self.run_dir, images, after, captions)}")
-        else:
-            before_metrics = None
-        plot = report.plot_metrics(self.run_dir, before_metrics)
-        if plot is not None:
-            print(f"reward and accuracy plot: {plot}")
-        if "eval/strict" in last_metrics:
-            print("held-out accuracy (ShapesWorld judge), before → after training:")
-            print(report.eval_table(before_metrics, last_metrics), flush=True)
 
     def save_checkpoint(self, epoch: int) -> None:
         self.acc.wait_for_everyone()
@@ -597,13 +575,6 @@ class Trainer:
         from tqdm.auto import tqdm
 
         return tqdm(iterable, desc=desc, leave=False)
-
-
-def _due(epoch: int, freq: int, last: bool) -> bool:
-    """Whether an "every `freq` epochs" action runs after `epoch` (0-based): after epochs freq − 1,
-    2·freq − 1, … and after the last one; never when freq is 0. So with eval.freq = 8 the evaluations
-    follow 8, 16, … epochs of training, and the untrained model is the run's "before" evaluation."""
-    return bool(freq) and ((epoch + 1) % freq == 0 or last)
 
 
 def _shuffle_steps(rollout: Rollout, gen: torch.Generator) -> Rollout:

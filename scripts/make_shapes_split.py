@@ -12,15 +12,11 @@ ddpo_grpo/shapes/prompts.py.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from worlds.shapes.grammar import DATA_DIR, SPLIT_SEED, make_split, split_rule, write_split  # noqa: E402
+from worlds.shapes.grammar import DATA_DIR, SPLIT_SEED, make_split, split_rule, write_split
 
 
 def main(argv=None) -> int:

@@ -68,9 +68,6 @@ import os
 import sys
 import typing
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
 # command-line flags that are not config fields
 _NOT_CONFIG = {"arch", "out", "resume", "threads", "tiny"}
 # --arch -> (module with run / tiny_config / RESUME_MUTABLE, its config dataclass)

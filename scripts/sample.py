@@ -29,16 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from ddpo_grpo.cli import UsageError, load_model, load_rows, native_resolution  # noqa: E402
-from ddpo_grpo.evaluation import image_seed  # noqa: E402  (shared with scripts/evaluate.py)
-from ddpo_grpo.seeding import derive_seed  # noqa: E402
+from ddpo_grpo.cli import UsageError, load_model, load_rows, native_resolution
+from ddpo_grpo.evaluation import image_seed  # (shared with scripts/evaluate.py)
+from ddpo_grpo.seeding import derive_seed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,8 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise_level", type=float, default=0.0,
                    help="kernel stochasticity: 0 = deterministic ODE / DDIM; > 0 samples with the policy's SDE (η for SD)")
     p.add_argument("--sde_type", default="flow_grpo", help="flow kernel used when --noise_level > 0 (flow models only)")
-    p.add_argument("--noise_block", type=int, default=1,
-                   help="with --noise_level > 0: noise only in the latent's b×b patch means (1 = isotropic)")
     p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
     p.add_argument("--batch_size", type=int, default=8, help="images per denoiser batch")
     p.add_argument("--images_per_prompt", type=int, default=1, help="images per prompt")
@@ -91,7 +85,6 @@ def sample(args) -> list[dict]:
     import torch
 
     from ddpo_grpo.policies import build_policy
-    from ddpo_grpo.policies.base import NoiseBlockError
     from ddpo_grpo.rollout import sample_rollout
 
     _check_args(args)
@@ -102,10 +95,7 @@ def sample(args) -> list[dict]:
     try:
         policy = build_policy(
             pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length, sde_type=args.sde_type,
-            noise_block=args.noise_block,
         )
-    except NoiseBlockError as exc:
-        raise UsageError(f"--noise_block {args.noise_block}: {exc}") from exc
     except ValueError as exc:
         raise UsageError(f"--resolution {resolution}: {exc}") from exc
     pipeline.to(device)
@@ -125,7 +115,7 @@ def sample(args) -> list[dict]:
                 guidance_scale=args.guidance_scale, noise_level=args.noise_level, generator=generator,
                 negative_prompt=args.negative_prompt,
             )
-            for (i, k), seed, image in zip(batch, seeds, rollout.images):
+            for (i, k), seed, image in zip(batch, seeds, rollout.samples):
                 name = f"{i:05d}_{k}.png" if many else f"{i:05d}.png"
                 _save_png(image, out / name)
                 entry = {"prompt": rows[i]["prompt"], "file": name}

@@ -31,16 +31,15 @@ Any field can be overridden: --config.train.learning_rate=1e-4 --config.sample.n
 """
 
 import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)  # config/ files import config.base
+from absl import app
+from ml_collections import config_flags
 
-from absl import app  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+import config
 
+# config/ is an installed package (config files import config.base); its quickstart.py is the default
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(REPO, "config", "quickstart.py"), "experiment config: path/to/file.py[:name]"
+    "config", os.path.join(os.path.dirname(config.__file__), "quickstart.py"), "experiment config: path/to/file.py[:name]"
 )
 
 

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 HELPERS = {"get_config", "num_processes"}
 EXPECTED = {
     "config.sd": {"compressibility", "incompressibility", "aesthetic"},
-    "config.sd3": {"pickscore", "geneval", "ocr", "geneval_fast"},
+    "config.sd3": {"pickscore", "pickscore_fast"},
     "config.quickstart": {"quickstart", "tiny"},
     "config.shapes": {"sd3_quick", "sd_quick", "sd3_long", "sd_long"},
 }
@@ -28,9 +28,7 @@ OPTIMIZER_STEPS = {
     ("config.sd", "incompressibility"): 4,
     ("config.sd", "aesthetic"): 2,
     ("config.sd3", "pickscore"): 2,
-    ("config.sd3", "geneval"): 2,
-    ("config.sd3", "ocr"): 2,
-    ("config.sd3", "geneval_fast"): 2,
+    ("config.sd3", "pickscore_fast"): 2,
 }
 
 
@@ -83,11 +81,11 @@ def test_batches_scale_inversely_with_processes(module_name, name, monkeypatch):
 
 def test_no_world_size_means_one_process(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    config = importlib.import_module("config.sd3").get_config("geneval")
+    config = importlib.import_module("config.sd3").get_config("pickscore")
     assert config.sample.num_batches_per_epoch == 1152 // 9
 
 
-@pytest.mark.parametrize("module_name,name", [("config.sd3", "geneval"), ("config.sd", "compressibility")])
+@pytest.mark.parametrize("module_name,name", [("config.sd3", "pickscore"), ("config.sd", "compressibility")])
 @pytest.mark.parametrize("world_size", ["5", "3"])
 def test_indivisible_world_size_raises(module_name, name, world_size, monkeypatch):
     with pytest.raises(ValueError, match="sample.num_batches_per_epoch"):
@@ -97,7 +95,7 @@ def test_indivisible_world_size_raises(module_name, name, world_size, monkeypatc
 @pytest.mark.parametrize("world_size", ["0", "-2", "eight"])
 def test_bad_world_size_raises(world_size, monkeypatch):
     with pytest.raises(ValueError, match="WORLD_SIZE"):
-        load("config.sd3", "geneval", monkeypatch, world_size)
+        load("config.sd3", "pickscore", monkeypatch, world_size)
 
 
 def test_optimizer_batch_indivisible_raises(monkeypatch):
@@ -111,12 +109,12 @@ def test_optimizer_batch_indivisible_raises(monkeypatch):
 
 
 def test_recipe_values(monkeypatch):
-    sd3 = load("config.sd3", "geneval", monkeypatch, 1)
+    sd3 = load("config.sd3", "pickscore", monkeypatch, 1)
     assert sd3.pretrained.model == "stabilityai/stable-diffusion-3.5-medium"
     assert (sd3.sample.num_steps, sd3.sample.eval_num_steps, sd3.sample.group_size) == (10, 40, 24)
-    assert (sd3.train.lora_rank, sd3.train.lora_alpha, sd3.train.beta) == (32, 64.0, 0.04)
+    assert (sd3.train.lora_rank, sd3.train.lora_alpha, sd3.train.beta) == (32, 64.0, 0.01)
     assert trained_steps_per_sample(sd3) == 9
-    fast = load("config.sd3", "geneval_fast", monkeypatch, 1)
+    fast = load("config.sd3", "pickscore_fast", monkeypatch, 1)
     assert fast.sample.sde_window_size in (2, 3)
     lo, hi = fast.sample.sde_window_range
     assert hi + fast.sample.sde_window_size <= fast.sample.num_steps // 2  # early half of the schedule
@@ -133,8 +131,9 @@ def test_recipe_values(monkeypatch):
 
 
 @pytest.fixture
-def geneval(monkeypatch):
-    return load("config.sd3", "geneval", monkeypatch, 1)
+def flow_grpo(monkeypatch):
+    """The Flow-GRPO recipe (1152 images per epoch in groups of 24), edited by the tests below."""
+    return load("config.sd3", "pickscore", monkeypatch, 1)
 
 
 def _rejects(config, field):
@@ -143,28 +142,28 @@ def _rejects(config, field):
     assert field in str(info.value), str(info.value)
 
 
-def test_validate_rejects_group_of_one(geneval):
-    geneval.sample.group_size = 1
-    _rejects(geneval, "sample.group_size")
+def test_validate_rejects_group_of_one(flow_grpo):
+    flow_grpo.sample.group_size = 1
+    _rejects(flow_grpo, "sample.group_size")
 
 
-def test_validate_rejects_images_not_divisible_by_group(geneval):
-    geneval.sample.group_size = 25  # 1152 images are not whole groups of 25
-    _rejects(geneval, "sample.group_size")
+def test_validate_rejects_images_not_divisible_by_group(flow_grpo):
+    flow_grpo.sample.group_size = 25  # 1152 images are not whole groups of 25
+    _rejects(flow_grpo, "sample.group_size")
 
 
-def test_validate_rejects_train_batch_not_dividing_samples(geneval):
-    geneval.train.batch_size = 7  # 1152 samples per process / 7
-    _rejects(geneval, "train.batch_size")
+def test_validate_rejects_train_batch_not_dividing_samples(flow_grpo):
+    flow_grpo.train.batch_size = 7  # 1152 samples per process / 7
+    _rejects(flow_grpo, "train.batch_size")
 
 
-def test_validate_rejects_accumulation_not_dividing_minibatches(geneval):
-    geneval.train.gradient_accumulation_steps = 5  # 128 minibatches / 5
-    _rejects(geneval, "train.gradient_accumulation_steps")
+def test_validate_rejects_accumulation_not_dividing_minibatches(flow_grpo):
+    flow_grpo.train.gradient_accumulation_steps = 5  # 128 minibatches / 5
+    _rejects(flow_grpo, "train.gradient_accumulation_steps")
 
 
 def test_validate_rejects_window_outside_schedule(monkeypatch):
-    fast = load("config.sd3", "geneval_fast", monkeypatch, 1)
+    fast = load("config.sd3", "pickscore_fast", monkeypatch, 1)
     validate(fast)
     fast.sample.sde_window_range = (0, fast.sample.num_steps - fast.sample.sde_window_size + 1)
     _rejects(fast, "sample.sde_window_range")
@@ -173,14 +172,14 @@ def test_validate_rejects_window_outside_schedule(monkeypatch):
     _rejects(fast, "sample.sde_window_size")
 
 
-def test_validate_rejects_bad_noise_block(geneval):
-    geneval.sample.noise_block = 0
-    _rejects(geneval, "sample.noise_block")
+def test_validate_rejects_unbalanced_eval_without_group(flow_grpo):
+    flow_grpo.eval.per_group = 8
+    _rejects(flow_grpo, "eval.group_by")
 
 
-def test_validate_rejects_unknown_sde_type(geneval):
-    geneval.sample.sde_type = "ddpm"
-    _rejects(geneval, "sample.sde_type")
+def test_validate_rejects_unknown_sde_type(flow_grpo):
+    flow_grpo.sample.sde_type = "ddpm"
+    _rejects(flow_grpo, "sample.sde_type")
 
 
 # ---- the CLI's path syntax -----------------------------------------------------------------------
@@ -189,18 +188,18 @@ def test_validate_rejects_unknown_sde_type(geneval):
 @pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")  # inside ml_collections
 @pytest.mark.parametrize("world_size", [1, 8])
 def test_config_flags_path_syntax(world_size, monkeypatch):
-    """`--config config/sd3.py:geneval --config.x=y`, parsed exactly as scripts/train.py does."""
+    """`--config config/sd3.py:pickscore --config.x=y`, parsed exactly as scripts/train.py does."""
     from absl import flags
     from ml_collections import config_flags
 
     monkeypatch.setenv("WORLD_SIZE", str(world_size))
-    argv = ["train.py", f"--config={REPO / 'config' / 'sd3.py'}:geneval", "--config.train.learning_rate=1e-4"]
+    argv = ["train.py", f"--config={REPO / 'config' / 'sd3.py'}:pickscore", "--config.train.learning_rate=1e-4"]
     values = flags.FlagValues()
     # config_flags registers the --config.a.b override flags from the argv it is given
     config_flags.DEFINE_config_file("config", None, "experiment", flag_values=values, sys_argv=argv)
     values(argv)
     config = values.config
-    assert config.reward.fns.to_dict() == {"geneval": 1.0}
+    assert config.reward.fns.to_dict() == {"pickscore": 1.0}
     assert config.train.learning_rate == 1e-4
     assert config.sample.num_batches_per_epoch == 128 // world_size
     validate(config, num_processes=world_size)
@@ -227,7 +226,7 @@ def test_importlib_file_load(monkeypatch):
     spec = importlib.util.spec_from_file_location("sd3_by_path", REPO / "config" / "sd3.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    validate(mod.get_config("geneval"))
+    validate(mod.get_config("pickscore"))
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 8])
@@ -241,7 +240,9 @@ def test_shapes_recipes(name, world_size, monkeypatch):
     assert (totals["images_per_epoch"], totals["optimizer_steps_per_epoch"]) == SHAPES_SIZES[name]
     assert config.pretrained.model == (SHAPES_SD3 if name.startswith("sd3") else SHAPES_SD)
     assert config.prompts.source == "shapes_train" and config.eval.prompts == "shapes_test"
-    assert config.reward.fns.to_dict() == {"shapes": 1.0} and config.eval.per_task > 0 and config.eval.freq > 0
+    assert config.reward.fns.to_dict() == {"shapes": 1.0} and config.eval.per_group > 0 and config.eval.freq > 0
+    assert (config.eval.reward, config.eval.reward_kwargs.to_dict(), config.eval.group_by) == (
+        "shapes", {"score": "strict"}, "task")
     assert config.sample.resolution == 64 and config.train.use_lora
 
 

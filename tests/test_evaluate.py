@@ -1,9 +1,10 @@
-"""ddpo_grpo/evaluation.py and scripts/evaluate.py: deterministic ShapesWorld evaluation.
+"""ddpo_grpo/evaluation.py and scripts/evaluate.py: deterministic evaluation by any reward, per group.
 
-The scoring path is checked on clean ShapesWorld renders (strict 1 on every task) and on renders of
-the wrong prompts (lower); the sampling path with a stand-in sampler (seeds, noise level, batching,
-order); the script end to end on the tiny random pipelines (a random model scores ~0: only the
-mechanics are checked there).
+The scoring path is checked with the ShapesWorld judge (the `shapes` reward) on clean renders (strict 1
+on every task) and on renders of the wrong prompts (lower), and with a world-free reward (its score as
+the metric, groups from the rows); the sampling path with a stand-in sampler (seeds, noise level,
+batching, order); the script end to end on the tiny random pipelines (a random model scores ~0: only
+the mechanics are checked there).
 """
 
 import json
@@ -17,8 +18,10 @@ import torch
 from PIL import Image
 
 from ddpo_grpo import rollout as rollout_lib
-from ddpo_grpo.evaluation import eval_items, evaluate, image_seed, save_grid, score_images
+from ddpo_grpo.evaluation import eval_items, evaluate, image_seed, score
+from ddpo_grpo.logging_utils import save_grid
 from ddpo_grpo.prompts import load_prompts
+from reward_models import load_reward
 from worlds.shapes import TASKS, render_prompt
 from tests.conftest import load_script
 
@@ -43,6 +46,16 @@ def _as_tensor(images: list[np.ndarray]) -> torch.Tensor:
     return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255.0
 
 
+JUDGE = load_reward("shapes", score="strict")
+
+
+def score_images(images, rows):
+    """The ShapesWorld judge's evaluation metrics of uint8 renders (or a float tensor), grouped by task."""
+    images = images if isinstance(images, torch.Tensor) else _as_tensor(list(images))
+    rows = [r if isinstance(r, dict) else {"prompt": r} for r in rows]
+    return score(images, rows, JUDGE, group_by="task")
+
+
 @pytest.fixture(scope="module")
 def mixed_prompts(tmp_path_factory):
     """A .jsonl of 8 shapes_test rows, 2 per task (metadata included)."""
@@ -61,10 +74,10 @@ def test_clean_renders_score_one_and_wrong_renders_lower():
     assert metrics["eval/strict"] == metrics["eval/partial"] == 1.0
     for task in TASKS:
         assert metrics[f"eval/strict/{task}"] == metrics[f"eval/partial/{task}"] == 1.0
-        assert metrics[f"eval/num_images/{task}"] == 3
-    assert metrics["eval/num_images"] == 12 and metrics["eval/not_applicable"] == 0
+        assert metrics[f"eval/num_samples/{task}"] == 3
+    assert metrics["eval/num_samples"] == 12 and metrics["eval/not_applicable"] == 0
+    assert [k.split("/")[-1] for k in metrics if k.startswith("eval/num_samples/")] == list(TASKS)  # first-seen order
 
-    assert score_images(renders, rows) == metrics  # uint8 HWC arrays are accepted as they are
     big = [np.repeat(np.repeat(im, 2, axis=0), 2, axis=1) for im in renders]  # a 128-px generator's output
     assert score_images(_as_tensor(big), rows)["eval/strict"] == 1.0  # the judge shrinks to 64 px
 
@@ -85,17 +98,38 @@ def test_prompts_outside_the_grammar_are_not_applicable():
     ]
     images = [white, render_prompt("a red circle", seed=0), render_prompt("a blue square", seed=1), white]
     m = score_images(images, rows)
-    assert m["eval/num_images"] == 4 and m["eval/not_applicable"] == 2
+    assert m["eval/num_samples"] == 4 and m["eval/not_applicable"] == 2
     assert m["eval/strict"] == m["eval/strict/single_object"] == 1.0
-    assert m["eval/num_images/single_object"] == 2
+    assert m["eval/num_samples/single_object"] == 2
     assert not any(k.startswith("eval/strict/") and k != "eval/strict/single_object" for k in m)
 
     none = score_images([white], [{"prompt": "a cat"}])
     assert math.isnan(none["eval/strict"]) and math.isnan(none["eval/partial"])
-    assert none["eval/not_applicable"] == 1 and none["eval/num_images"] == 1
+    assert math.isnan(none["eval/task_mean/strict"])
+    assert none["eval/not_applicable"] == 1 and none["eval/num_samples"] == 1
 
-    with pytest.raises(ValueError, match="2 images for 1 rows"):
+    with pytest.raises(ValueError, match="2 samples for 1 rows"):
         score_images([white, white], [{"prompt": "a red circle"}])
+
+
+def test_any_reward_scores_and_rows_give_the_groups():
+    """A reward without per-sample info is evaluated by its score; groups come from the rows' field."""
+
+    def brightness(samples, prompts, metadata):
+        scores = samples.mean(dim=(1, 2, 3)).numpy()
+        scores[[m.get("skip", False) for m in metadata]] = np.nan
+        return scores, {"note": "batch diagnostics are not metrics"}
+
+    samples = torch.stack([torch.full((3, 4, 4), v) for v in (0.0, 1.0, 0.5, 0.25, 0.75)])
+    rows = [{"prompt": "a", "kind": "x"}, {"prompt": "b", "kind": "x"}, {"prompt": "c", "kind": "y"},
+            {"prompt": "d", "kind": "y", "skip": True}, {"prompt": "e"}]
+    m = score(samples, rows, brightness, group_by="kind")
+    assert m["eval/score"] == pytest.approx((0.0 + 1.0 + 0.5 + 0.75) / 4)
+    assert m["eval/score/x"] == 0.5 and m["eval/score/y"] == 0.5 and m["eval/num_samples/y"] == 1
+    assert m["eval/kind_mean/score"] == 0.5  # groups x and y; the row without a field is in no group
+    assert m["eval/not_applicable"] == 1 and m["eval/num_samples"] == 5
+    assert "eval/note" not in m
+    assert set(score(samples, rows, brightness)) == {"eval/score", "eval/num_samples", "eval/not_applicable"}
 
 
 def test_task_mean_weights_tasks_equally():
@@ -112,12 +146,12 @@ def test_task_mean_weights_tasks_equally():
 
 def test_eval_items_task_balanced():
     rows = _rows_per_task(3)[:3] + _rows_per_task(3)[3:5]  # 3 single-object rows, 2 counting rows
-    assert eval_items(rows, images_per_prompt=2) == [(i, k) for i in range(5) for k in range(2)]
-    items = eval_items(rows, per_task=4)
-    # each task's rows in order, cycled; pass r uses image index r: no (row, image) pair repeats
+    assert eval_items(rows, per_prompt=2) == [(i, k) for i in range(5) for k in range(2)]
+    items = eval_items(rows, per_group=4, group_by="task")
+    # each task's rows in order, cycled; pass r uses sample index r: no (row, sample) pair repeats
     assert items == [(0, 0), (1, 0), (2, 0), (0, 1), (3, 0), (4, 0), (3, 1), (4, 1)]
-    with pytest.raises(ValueError, match="per_task must be >= 0"):
-        eval_items(rows, per_task=-1)
+    with pytest.raises(ValueError, match="per_group must be >= 0"):
+        eval_items(rows, per_group=-1, group_by="task")
 
 
 # ------------------------------------------------------------------ sampling loop (stand-in sampler)
@@ -131,7 +165,7 @@ def test_evaluate_seeds_batches_and_scores(monkeypatch):
         calls.append(SimpleNamespace(model=model, seeds=list(seeds), num_steps=num_steps, guidance_scale=guidance_scale,
                                      noise_level=noise_level, negative_prompt=negative_prompt, kwargs=kwargs))
         # the "model" draws a perfect scene for its prompt, from its initial-noise seed
-        return SimpleNamespace(images=_as_tensor([render_prompt(r, seed=s) for r, s in zip(rows, seeds)]))
+        return SimpleNamespace(samples=_as_tensor([render_prompt(r, seed=s) for r, s in zip(rows, seeds)]))
 
     monkeypatch.setattr(rollout_lib, "sample_rollout", fake_sample_rollout)
     denoiser = torch.nn.Linear(1, 1).train()
@@ -139,8 +173,8 @@ def test_evaluate_seeds_batches_and_scores(monkeypatch):
     rows = _rows_per_task(2)  # 8 prompts
 
     metrics, images, captions = evaluate(
-        policy, rows, num_steps=5, guidance_scale=3.0, images_per_prompt=2, seed=7, batch_size=3,
-        negative_prompt="blurry", max_images=5,
+        policy, rows, JUDGE, num_steps=5, guidance_scale=3.0, per_prompt=2, group_by="task", seed=7, batch_size=3,
+        negative_prompt="blurry", max_samples=5,
     )
     assert [len(c.seeds) for c in calls] == [3, 3, 3, 3, 3, 1]
     assert [s for c in calls for s in c.seeds] == [image_seed(7, i, k) for i in range(8) for k in range(2)]
@@ -148,8 +182,8 @@ def test_evaluate_seeds_batches_and_scores(monkeypatch):
     assert all(c.negative_prompt == "blurry" and c.model is denoiser for c in calls)
     assert denoiser.training  # put in eval mode while sampling, restored afterwards
 
-    assert metrics["eval/strict"] == 1.0 and metrics["eval/num_images"] == 16
-    assert all(metrics[f"eval/num_images/{t}"] == 4 for t in TASKS)
+    assert metrics["eval/strict"] == 1.0 and metrics["eval/num_samples"] == 16
+    assert all(metrics[f"eval/num_samples/{t}"] == 4 for t in TASKS)
     assert images.shape == (5, 3, 64, 64)  # only the first max_images are kept; all are scored
     assert captions == [rows[i]["prompt"] for i in (0, 0, 1, 1, 2)]
     expected = render_prompt(rows[1], seed=image_seed(7, 1, 1))
@@ -157,8 +191,8 @@ def test_evaluate_seeds_batches_and_scores(monkeypatch):
 
     calls.clear()
     other = torch.nn.Linear(1, 1)
-    metrics_other, images_all, _ = evaluate(policy, rows[:2], num_steps=2, guidance_scale=1.0, seed=7, model=other)
-    assert all(c.model is other for c in calls) and images_all.shape[0] == 2
+    metrics_other, images_all, _ = evaluate(policy, rows[:2], None, num_steps=2, guidance_scale=1.0, seed=7, model=other)
+    assert all(c.model is other for c in calls) and images_all.shape[0] == 2 and metrics_other == {}
     assert [s for c in calls for s in c.seeds] == [image_seed(7, 0, 0), image_seed(7, 1, 0)]  # batch-independent seeds
 
 
@@ -169,13 +203,13 @@ def test_seed_function_is_shared_with_sample_script():
 def test_save_grid(tmp_path):
     images = torch.rand(5, 3, 8, 8)
     path = tmp_path / "sub" / "grid.png"
-    save_grid(images, [f"p{i}" for i in range(5)], path, nrow=2)
+    save_grid(images, [f"p{i}" for i in range(5)], str(path), nrow=2)
     with Image.open(path) as im:
         assert im.size == (2 * 10 + 2, 3 * 10 + 2) and im.mode == "RGB"  # 2 per row, 3 rows, 2-px padding
         assert json.loads(im.text["captions"]) == [f"p{i}" for i in range(5)]
     assert [p.name for p in path.parent.iterdir()] == ["grid.png"]  # no temporary file left
     with pytest.raises(ValueError, match="captions"):
-        save_grid(images, ["only one"], path)
+        save_grid(images, ["only one"], str(path))
 
 
 # ------------------------------------------------------------------ the script on tiny random pipelines
@@ -193,9 +227,9 @@ def test_script_writes_eval_json_and_grid_deterministically(tiny_dirs, mixed_pro
     for task in TASKS:
         for key in ("strict", "partial"):
             assert 0.0 <= metrics[f"eval/{key}/{task}"] <= 1.0
-        assert metrics[f"eval/num_images/{task}"] == 2
+        assert metrics[f"eval/num_samples/{task}"] == 2
     assert 0.0 <= metrics["eval/strict"] <= metrics["eval/partial"] <= 1.0
-    assert metrics["eval/num_images"] == 8 and metrics["eval/not_applicable"] == 0
+    assert metrics["eval/num_samples"] == 8 and metrics["eval/not_applicable"] == 0
     assert first["model"] == str(Path(tiny_dirs["sd3"]).resolve()) and first["num_prompts"] == 8
     assert first["args"]["limit"] == 8 and first["args"]["num_steps"] == 3 and first["resolution"] == 32
 
@@ -216,7 +250,7 @@ def test_script_default_prompts_limit_and_sd(tiny_dirs, tmp_path):
     assert data["args"]["prompts"] == "shapes_test" and data["num_prompts"] == 4
     assert data["pipeline_class"] == "StableDiffusionPipeline"
     # shapes_test starts with its 3 single-object prompts, then counting
-    assert data["metrics"]["eval/num_images/single_object"] == 3 and data["metrics"]["eval/num_images/counting"] == 1
+    assert data["metrics"]["eval/num_samples/single_object"] == 3 and data["metrics"]["eval/num_samples/counting"] == 1
     assert (out / "grid.png").is_file()
 
 
@@ -240,7 +274,7 @@ def test_eval_table_rows_and_task_mean():
     after = score_images([render_prompt(r, seed=0) for r in rows], rows)
     blank = [np.full((64, 64, 3), 255, np.uint8)] * len(rows)
     before = score_images(blank, rows)
-    lines = eval_table(before, after).splitlines()
+    lines = eval_table(before, after, "task").splitlines()
     assert [line.split()[0] for line in lines] == ["task", *TASKS, "all", "task"]
     assert lines[-1].split()[:4] == ["task", "mean", "4", "0.000"] and lines[-1].split()[4] == "1.000"
-    assert len(eval_table(None, after).splitlines()) == len(lines)
+    assert len(eval_table(None, after, "task").splitlines()) == len(lines)

@@ -63,7 +63,7 @@ def test_deterministic_rollout_matches_plain_pipeline(tiny_dirs, kind):
         [r["prompt"] for r in ROWS[:2]], num_inference_steps=4, guidance_scale=4.5, height=32, width=32,
         latents=rollout.latents[:, 0].clone(), output_type="pt", **extra,
     ).images
-    np.testing.assert_allclose(rollout.images.numpy(), plain.float().numpy(), atol=1e-4)
+    np.testing.assert_allclose(rollout.samples.numpy(), plain.float().numpy(), atol=1e-4)
     assert (rollout.log_probs == 0).all()
 
 

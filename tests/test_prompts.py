@@ -157,7 +157,7 @@ def test_jsonl_fields_reach_rollout_metadata(tmp_path):
     rollout = sample_rollout(_FakePolicy(), None, rows, seeds=[0, 1], num_steps=2, guidance_scale=1.0, noise_level=1.0)
     by_prompt = dict(zip(rollout.prompts, rollout.metadata))
     assert by_prompt == {r["prompt"]: {k: v for k, v in r.items() if k != "prompt"} for r in rows_in}
-    assert rollout.images.shape == (2, 3, 4, 4)
+    assert rollout.samples.shape == (2, 3, 4, 4)
 
 
 def test_builtin_shapes_splits_carry_metadata():

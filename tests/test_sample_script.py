@@ -143,17 +143,6 @@ def test_stochastic_sampling_is_reproducible(models, prompts_txt, tmp_path):
     assert not np.array_equal(_pixels(tmp_path / "a", a)[0], _pixels(tmp_path / "ode", ode)[0])
 
 
-def test_low_frequency_noise_option(models, prompts_txt, tmp_path, capsys):
-    low = _run(models["sd3"], prompts_txt, tmp_path / "low", "--noise_level", "0.7", "--noise_block", "2")
-    iso = _run(models["sd3"], prompts_txt, tmp_path / "iso", "--noise_level", "0.7")
-    assert not np.array_equal(_pixels(tmp_path / "low", low)[0], _pixels(tmp_path / "iso", iso)[0])
-    with pytest.raises(SystemExit) as exc:  # the tiny model's 32 px latent side (16) is not divisible by 3
-        sample_script.main(["--model", str(models["sd3"]), "--prompts", str(prompts_txt), "--out", str(tmp_path / "o"),
-                            *FAST, "--noise_level", "0.7", "--noise_block", "3"])
-    assert exc.value.code == 2
-    assert "--noise_block 3" in capsys.readouterr().err
-
-
 def test_clear_errors(models, prompts_txt, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         sample_script.main(["--model", str(tmp_path / "missing"), "--prompts", str(prompts_txt), "--out", str(tmp_path / "o")])

@@ -68,6 +68,7 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
         f"--config.logdir={logdir}", "--config.run_name=e2e", "--config.num_epochs=2",
         "--config.sample.num_steps=4", "--config.logging.image_freq=1", "--config.logging.progress=False",
         "--config.train.num_inner_epochs=2", "--config.eval.freq=1", "--config.eval.limit=4",
+        "--config.eval.prompts=shapes_test", "--config.eval.reward=shapes", "--config.eval.group_by=task",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
@@ -81,14 +82,14 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
         assert row["train/inner_epochs_run"] == 2
         assert row["train/kl"] is None  # beta = 0: no reference forward, nothing to report
         assert abs(row["adv/mean"]) < 1e-5
-        assert 0.0 <= row["eval/strict"] <= row["eval/partial"] <= 1.0 and row["eval/num_images"] == 4
+        assert 0.0 <= row["eval/strict"] <= row["eval/partial"] <= 1.0 and row["eval/num_samples"] == 4
     assert rows[1]["global_step"] == 2 * 4 * 2  # 2 epochs × 4 minibatches × 2 inner epochs
     assert (run / "samples" / "epoch_00000.png").is_file()
     for name in ("before_after.png", "metrics.png", "before.json"):
         assert (run / "report" / name).is_file(), name
     before = json.loads((run / "report" / "before.json").read_text())["metrics"]
-    assert before["eval/num_images"] == 4  # evaluated before the first update too
-    assert "held-out accuracy" in proc.stdout and "\nall " in proc.stdout  # the before/after table
+    assert before["eval/num_samples"] == 4  # evaluated before the first update too
+    assert "held-out evaluation" in proc.stdout and "\nall " in proc.stdout  # the before/after table
     assert (run / "checkpoints").is_dir()
 
     final = run / "final"
@@ -112,12 +113,12 @@ def test_every_n_epochs_means_after_n_epochs_of_training(tmp_path, tiny_dirs):
         "eval.freq": 2, "eval.limit": 2, "logging.image_freq": 2, "logging.tracker": "none"})
     trainer = _run(config)
     rows = _metrics(trainer.run_dir)
-    assert [r["epoch"] for r in rows if "eval/strict" in r] == [1, 2]
+    assert [r["epoch"] for r in rows if "eval/score" in r] == [1, 2]  # the training reward's score (jpeg)
     grids = sorted(p.name for p in (trainer.run_dir / "samples").glob("*.png"))
     assert grids == ["epoch_00001.png", "epoch_00002.png"]
     assert sorted(p.name for p in (trainer.run_dir / "checkpoints").iterdir()) == ["epoch_000001", "epoch_000002"]
     before = json.loads((trainer.run_dir / "report" / "before.json").read_text())["metrics"]
-    assert before["eval/num_images"] == 2  # the untrained model's evaluation
+    assert before["eval/num_samples"] == 2  # the untrained model's evaluation
 
 
 def test_exact_resume(tmp_path, tiny_dirs):
@@ -294,16 +295,16 @@ def test_quickstart_one_shortened_epoch(tmp_path, capsys):
     config.sample.group_size = 4
     config.train.batch_size = 4
     config.train.gradient_accumulation_steps = 1
-    config.eval.per_task = 1
+    config.eval.per_group = 1
     config.logging.progress = False
     _run(config)
     (row,) = _metrics(tmp_path / "logs" / "quick")
-    assert row["train/logp_mismatch"] <= 1e-4 and row["eval/num_images"] == 4
-    assert all(row[f"eval/num_images/{t}"] == 1 for t in ("single_object", "counting", "two_object", "position"))
+    assert row["train/logp_mismatch"] <= 1e-4 and row["eval/num_samples"] == 4
+    assert all(row[f"eval/num_samples/{t}"] == 1 for t in ("single_object", "counting", "two_object", "position"))
     assert 0.0 <= row["eval/task_mean/strict"] <= row["eval/task_mean/partial"] <= 1.0
     assert 0.0 <= row["reward/mean"] <= 1.0  # partial judge score of the train prompts
     out = capsys.readouterr().out
-    assert "held-out accuracy" in out and "task mean" in out
+    assert "held-out evaluation" in out and "task mean" in out
     assert (tmp_path / "logs" / "quick" / "final" / "pytorch_lora_weights.safetensors").is_file()
 
 

@@ -13,7 +13,8 @@ A subclass provides:
                                                  rollout, so that step() can skip per-step validation
     forward(model, latents, timesteps, cond)  -> raw denoiser output for one (positive or negative) branch
     step(model_output, latents, kernel_args, noise_level, prev_sample, generator) -> sde.Step
-    decode(latents)                           -> images in [0, 1]
+    decode(latents)                           -> the samples rewards score (images in [0, 1])
+    preview(samples)                          -> images for grids and reports (default: the samples)
 and the class attributes below.
 """
 
@@ -44,10 +45,6 @@ class Schedule:
         return int(self.timesteps.shape[0])
 
 
-class NoiseBlockError(ValueError):
-    """`noise_block` does not divide the latent: callers name their own flag (config field or CLI option)."""
-
-
 class Policy:
     """Base adapter. See the module docstring for what a model family implements."""
 
@@ -60,32 +57,17 @@ class Policy:
     #: config field that sets the kernel's stochasticity, for messages and logs
     noise_field: ClassVar[str]
 
-    def __init__(
-        self, pipeline, *, resolution: int, max_sequence_length: int = 77, sde_type: str = "flow_grpo",
-        noise_block: int = 1,
-    ):
+    def __init__(self, pipeline, *, resolution: int, max_sequence_length: int = 77, sde_type: str = "flow_grpo"):
         """resolution: image side in pixels; max_sequence_length: text tokens of encoders that take it
-        (SD3's T5 slot); sde_type: the flow kernel (`sde.flow_sde_step`), ignored by DDIM families;
-        noise_block: the kernels' low-frequency exploration block (`sde.low_pass`; 1 = isotropic)."""
+        (SD3's T5 slot); sde_type: the flow kernel (`sde.flow_sde_step`), ignored by DDIM families."""
         self.pipeline = pipeline
         self.sde_type = sde_type
-        self.noise_block = int(noise_block)
         self.resolution = int(resolution)
         self.max_sequence_length = int(max_sequence_length)
         factor = self.vae_scale_factor
         if self.resolution % factor:
             raise ValueError(
                 f"sample.resolution={self.resolution} must be a multiple of the VAE's downsampling factor {factor}"
-            )
-        if self.noise_block != 1:
-            self._check_noise_block(factor)
-
-    def _check_noise_block(self, factor: int) -> None:
-        _, h, w = self.latent_shape()
-        if self.noise_block < 1 or h % self.noise_block or w % self.noise_block:
-            raise NoiseBlockError(
-                f"sample.noise_block={self.noise_block} must be a positive divisor of the latent side {h} "
-                f"(sample.resolution={self.resolution} / VAE factor {factor}); 1 = isotropic noise"
             )
 
     # ---- model access -------------------------------------------------------------------------
@@ -133,6 +115,10 @@ class Policy:
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def preview(self, samples: torch.Tensor) -> torch.Tensor:
+        """Decoded samples as float images [N, 3, H, W] in [0, 1], for grids and reports (images: themselves)."""
+        return samples
 
     # ---- shared logic ---------------------------------------------------------------------------
     def predict(self, model, latents, timesteps, cond, guidance_scale: float) -> torch.Tensor:

@@ -53,7 +53,7 @@ class SDPolicy(Policy):
         return ddim_step(
             model_output, latents, kernel_args["alpha_prod_t"], kernel_args["alpha_prod_t_prev"],
             eta=noise_level, prev_sample=prev_sample, generator=generator, prediction_type=self.prediction_type,
-            validate=False, noise_block=self.noise_block,
+            validate=False,
         )
 
     def decode(self, latents):

@@ -69,7 +69,6 @@ class SD3Policy(Policy):
         return flow_sde_step(
             model_output, latents, kernel_args["sigma"], kernel_args["sigma_next"], noise_level=noise_level,
             sde_type=self.sde_type, prev_sample=prev_sample, generator=generator, validate=False,
-            noise_block=self.noise_block,
         )
 
     def decode(self, latents):
