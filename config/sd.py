@@ -87,7 +87,7 @@ def aesthetic():
     config.train.adv_buffer_size = 32
     config.train.adv_min_count = 16
     # LAION aesthetic predictor on CLIP ViT-L/14 features. Its MLP head is a separate download
-    # (sac+logos+ava1-l14-linearMSE.pth, see README "Rewards"):
+    # (sac+logos+ava1-l14-linearMSE.pth, see docs/rewards.md):
     #   --config.reward.kwargs="{'aesthetic': {'head_path': '/path/to/sac+logos+ava1-l14-linearMSE.pth'}}"
     config.reward.fns = {"aesthetic": 1.0}
     config.prompts.source = "animals"

@@ -9,7 +9,7 @@ Reward: the ShapesWorld judge (reward_models/shapes.py) on train-split prompts; 
 judge on the held-out test split (compositions never seen in training), deterministic ODE / DDIM η=0
 samples from fixed seeds, 48 images per task, `eval/task_mean/strict` being the headline number.
 
-Choices for a CPU budget, from the runs recorded in the README ("ShapesWorld results"):
+Choices for a CPU budget, from the runs recorded in docs/experiments/2026-11-22-shapesworld-grpo.md:
   - prompts.stratify_by = "task": the train split is 75 % position prompts; equal shares per task
     put every task in every epoch (8 prompts each at 256 images per epoch);
   - the partial score (fraction of the prompt's constraints met) rather than the 0/1 strict score:
@@ -57,7 +57,7 @@ def _shapes(model: str):
     t.lora_alpha = 16.0
     # Plain gradient steps of norm lr × grad_norm ≈ 0.35 (the logged train/grad_norm of 256-image
     # steps is ≈ 1.4e-3 for SD3's adapters, ≈ 0.65e-3 for SD's): steps of norm 0.25–0.5 along a
-    # 512-image gradient raised the reward, steps of 2 lowered it whichever the sign (README).
+    # 512-image gradient raised the reward, steps of 2 lowered it whichever the sign (docs/experiments/).
     t.optimizer = "sgd"
     t.learning_rate = 250.0
     t.clip_range = 1e-2
@@ -96,7 +96,7 @@ def _sized(config, *, epochs: int, images_per_epoch: int, eval_freq: int):
 
     One step per epoch, not two half-epoch steps: at SD's lr 500, sd_long with two 256-image steps per
     512-image epoch fell from 0.53 to 0.20 held-out strict within 10 epochs (22 steps of norm ≈ 0.4 whose
-    mostly-noise directions add up), while one 512-image step per epoch (norm ≈ 0.22) held (README)."""
+    mostly-noise directions add up), while one 512-image step per epoch (norm ≈ 0.22) held (docs/experiments/)."""
     config.num_epochs = epochs
     config.eval.freq = eval_freq
     set_epoch_size(config, images_per_epoch)
@@ -107,7 +107,7 @@ def _sized(config, *, epochs: int, images_per_epoch: int, eval_freq: int):
 def sd3_quick():
     """The quickstart: 256 images per epoch (32 prompts, 8 per task, × 8), 1 optimizer step per epoch,
     40 epochs (10,240 images): the 15-minute budget alone on a 2-core CPU (14 min 14 s measured there,
-    0.276 → 0.339 held-out strict; README). Held-out evaluation before and after training only (≈ 16 s each)."""
+    0.276 → 0.339 held-out strict; docs/experiments/). Held-out evaluation before and after training only (≈ 16 s each)."""
     return _sized(_early_window(_shapes(SHAPES_SD3)), epochs=40, images_per_epoch=256, eval_freq=40)
 
 

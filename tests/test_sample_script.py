@@ -1,4 +1,4 @@
-"""scripts/sample.py (DESIGN contract 5): PNGs + index.jsonl from a pipeline dir or a run's output."""
+"""scripts/sample.py (the CLI contract): PNGs + index.jsonl from a pipeline dir or a run's output."""
 
 import json
 import os

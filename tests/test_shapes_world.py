@@ -1,4 +1,4 @@
-"""ShapesWorld renderer, prompt grammar and the shipped train/test split, checked against DESIGN.md."""
+"""ShapesWorld renderer, prompt grammar and the shipped train/test split, checked against its spec (worlds/shapes/README.md)."""
 import json
 
 import numpy as np

@@ -1,7 +1,6 @@
 """ShapesWorld: vocabulary, scene sampling and the deterministic hard-edged renderer.
 
-This module is the executable form of the spec in ``DESIGN.md`` ("ShapesWorld — the embedded
-world"). Geometry conventions, fixed here once and shared by the renderer and the judge:
+This module is the executable form of the spec in ``worlds/shapes/README.md``. Geometry conventions, fixed here once and shared by the renderer and the judge:
 
 * **Pixel coordinates.** Pixel ``(row i, column j)`` covers the unit square ``[j, j+1) × [i, i+1)``;
   its centre is ``(j + 0.5, i + 0.5)``. ``x`` grows to the right, ``y`` grows *downwards*.
