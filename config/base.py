@@ -78,6 +78,12 @@ def get_config():
     train.adam_epsilon = 1e-8
     train.warmup_steps = 0  # linear learning-rate warm-up over the first N optimizer steps
     train.max_grad_norm = 1.0  # gradient-norm clipping; logged before clipping as train/grad_norm
+    # Fail-safe (ddpo_grpo/guard.py): a step whose gradient norm is NaN / inf is skipped (train/skipped_steps);
+    # this many skips in a row, or a non-finite weight, stop the run (exit status 1) naming the likely cause.
+    train.max_consecutive_skips = 3
+    # Epochs whose rewards are all NaN or whose prompt groups are all flat teach nothing (every advantage is
+    # 0): the first is warned about; this many in a row stop the run. 0 = never stop.
+    train.max_degenerate_epochs = 5
     train.num_inner_epochs = 1  # passes over the stored transitions per epoch (1 = single-pass DDPO)
     train.clip_range = 1e-4  # PPO ratio clip ε: ratio is clipped to [1 − ε, 1 + ε]
     train.adv_clip_max = 5.0  # advantages are clipped to [−adv_clip_max, adv_clip_max]

@@ -14,6 +14,12 @@ moment therefore leaves earlier checkpoints intact and never a half-written
 ``epoch_*`` directory. Readers only consider ``epoch_<digits>`` directories that
 contain ``state.json``; hidden ``.tmp-*`` / ``.old-*`` leftovers are ignored and
 removed by the next save. Only one process (the main one) should save into a run dir.
+
+Nothing non-finite is saved: a tensor (or optimizer-state tensor) with a NaN or inf refuses the whole
+checkpoint (:class:`NonFiniteError`, naming the tensor), and the previous checkpoint stays the newest.
+``state.json`` records every other file's size; :func:`load_checkpoint` raises
+:class:`CorruptCheckpointError` naming the file that is missing, truncated or unreadable, and
+:func:`load_latest` falls back from a corrupt newest checkpoint to the previous complete one.
 """
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
+from ddpo_grpo.errors import UserError
+
 CHECKPOINTS_DIRNAME = "checkpoints"
 STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -38,6 +46,19 @@ _TMP_PREFIX = ".tmp-"
 _OLD_PREFIX = ".old-"
 
 PathLike = Union[str, os.PathLike]
+FILES_KEY = "_files"  # state.json entry: file name -> size in bytes, of every other file of the checkpoint
+
+
+class NonFiniteError(UserError, ValueError):
+    """A tensor to be saved (or loaded for resuming) holds NaN or inf values."""
+
+
+class CorruptCheckpointError(UserError, ValueError):
+    """A checkpoint file is missing, truncated or unreadable (``path`` is the checkpoint, ``file`` the culprit)."""
+
+    def __init__(self, path: Path, file: str, reason: str):
+        super().__init__(f"checkpoint {path}: {file} is {reason}")
+        self.path, self.file, self.reason = path, file, reason
 
 
 # ---------------------------------------------------------------------------
@@ -124,6 +145,11 @@ def _prepare_tensors(stem: str, sd: Dict[str, Any]) -> Dict[str, Any]:
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"checkpoint tensors[{stem!r}][{key!r}] is a {type(t).__name__}, expected a torch.Tensor")
         t = t.detach().cpu().contiguous()
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise NonFiniteError(
+                f"checkpoint tensors[{stem!r}][{key!r}] holds non-finite values; not saving a corrupt state "
+                "(a diverged run: lower the learning rate or check the reward's scale)"
+            )
         ptr = t.untyped_storage().data_ptr()
         if ptr in seen:
             t = t.clone()
@@ -146,12 +172,14 @@ def _write_contents(
     payload = dict(state)
     payload.setdefault("epoch", int(epoch))
     try:
-        state_text = json.dumps(payload, indent=1)
+        json.dumps(payload)
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f"checkpoint state for epoch {epoch} is not JSON-serialisable ({exc}); "
             "convert tensors/arrays with .tolist() and objects to dicts (rng_state() is already JSON-safe)"
         ) from exc
+    if optimizer_state is not None:
+        _check_finite_state(optimizer_state, "optimizer state")
 
     written = []
     for stem, sd in tensors.items():
@@ -168,12 +196,28 @@ def _write_contents(
         written.append(path)
     for path in written:
         _fsync_file(path)
+    payload[FILES_KEY] = {path.name: path.stat().st_size for path in written}
     state_path = tmp / STATE_FILE
     with open(state_path, "w", encoding="utf-8") as f:
-        f.write(state_text)
+        f.write(json.dumps(payload, indent=1))
         f.flush()
         os.fsync(f.fileno())
     _fsync_dir(tmp)
+
+
+def _check_finite_state(obj: Any, where: str) -> None:
+    """NonFiniteError if any floating tensor nested in ``obj`` (dicts, lists) holds NaN or inf."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() and not bool(torch.isfinite(obj).all()):
+            raise NonFiniteError(f"{where} holds non-finite values; not saving a corrupt state")
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            _check_finite_state(value, f"{where}[{key!r}]")
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            _check_finite_state(value, f"{where}[{i}]")
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
@@ -271,7 +315,8 @@ def load_checkpoint(ckpt_dir: PathLike) -> Dict[str, Any]:
     """Load a checkpoint (any path accepted by :func:`find_checkpoint`).
 
     Returns ``{"tensors": {stem: state dict}, "optimizer_state": dict | None, "state": dict, "path": Path}``.
-    Tensors are loaded to CPU.
+    Tensors are loaded to CPU. Raises :class:`CorruptCheckpointError` naming the file that is missing,
+    truncated (its size differs from the one recorded at save time) or unreadable.
     """
     import torch
     from safetensors.torch import load_file
@@ -281,15 +326,55 @@ def load_checkpoint(ckpt_dir: PathLike) -> Dict[str, Any]:
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{state_path} line {exc.lineno}: invalid JSON ({exc.msg}); the checkpoint is corrupt"
-        ) from exc
-    tensors = {
-        f.name[: -len(TENSOR_SUFFIX)]: load_file(str(f), device="cpu") for f in sorted(d.glob(f"*{TENSOR_SUFFIX}"))
-    }
+        raise CorruptCheckpointError(d, STATE_FILE, f"invalid JSON at line {exc.lineno} ({exc.msg})") from exc
+    files = state.pop(FILES_KEY, None)  # checkpoints written before the manifest have none
+    for name, size in (files or {}).items():
+        if not (d / name).is_file():
+            raise CorruptCheckpointError(d, name, "missing")
+        if (d / name).stat().st_size != size:
+            raise CorruptCheckpointError(d, name, f"truncated or altered ({(d / name).stat().st_size} bytes, "
+                                                  f"{size} when saved)")
+    tensors = {}
+    for f in sorted(d.glob(f"*{TENSOR_SUFFIX}")):
+        try:
+            tensors[f.name[: -len(TENSOR_SUFFIX)]] = load_file(str(f), device="cpu")
+        except Exception as exc:  # safetensors raises its own error type for a damaged header or body
+            raise CorruptCheckpointError(d, f.name, f"unreadable ({type(exc).__name__}: {exc})") from exc
     opt_path = d / OPTIMIZER_FILE
-    optimizer_state = torch.load(opt_path, map_location="cpu", weights_only=True) if opt_path.is_file() else None
+    optimizer_state = None
+    if opt_path.is_file():
+        try:
+            optimizer_state = torch.load(opt_path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # EOFError, RuntimeError, UnpicklingError for a damaged file
+            raise CorruptCheckpointError(d, OPTIMIZER_FILE, f"unreadable ({type(exc).__name__}: {exc})") from exc
     return {"tensors": tensors, "optimizer_state": optimizer_state, "state": state, "path": d}
+
+
+def load_latest(path: PathLike, log=print) -> Dict[str, Any]:
+    """:func:`load_checkpoint` of ``path``; for a run (or ``checkpoints/``) directory whose newest checkpoint
+    is corrupt, fall back to the previous complete one, logging which file was wrong.
+
+    A checkpoint holding non-finite weights is refused (:class:`NonFiniteError`).
+    """
+    p = Path(path).expanduser()
+    candidates = [find_checkpoint(p)] if (p / STATE_FILE).is_file() else list(reversed(list_checkpoints(p)))
+    if not candidates:
+        find_checkpoint(p)  # raises the "no complete checkpoints" error with its explanation
+    for i, candidate in enumerate(candidates):
+        try:
+            loaded = load_checkpoint(candidate)
+        except CorruptCheckpointError as exc:
+            if i + 1 == len(candidates):
+                raise
+            log(f"{exc}; falling back to the previous checkpoint {candidates[i + 1].name}")
+            continue
+        for stem, sd in loaded["tensors"].items():
+            bad = [k for k, t in sd.items() if t.is_floating_point() and not bool(t.isfinite().all())]
+            if bad:
+                raise NonFiniteError(f"checkpoint {candidate}: {stem}{TENSOR_SUFFIX} holds non-finite values "
+                                     f"({bad[0]!r}); resume from an earlier checkpoint of the run")
+        return loaded
+    raise AssertionError("unreachable")
 
 
 # ---------------------------------------------------------------------------

@@ -8,8 +8,89 @@ import os
 from pathlib import Path
 
 
-class UsageError(Exception):
+from ddpo_grpo.errors import UserError
+
+
+class UsageError(UserError):
     """A problem with the command-line arguments, reported through argparse (exit status 2)."""
+
+
+def run_main(fn, *, debug: bool = False, out=None) -> int:
+    """Run `fn()` as a command: 0 on success; a bad input (`UserError`) prints its message and gives 2, a run
+    that stopped itself (`guard.TrainingStopped`, a refused non-finite save) prints why and gives 1 — both
+    without a traceback unless `debug`. Anything else is a bug and propagates with its traceback."""
+    import sys
+
+    from ddpo_grpo.checkpoint import NonFiniteError
+    from ddpo_grpo.guard import TrainingStopped
+
+    out = out or sys.stderr
+    try:
+        fn()
+    except (TrainingStopped, NonFiniteError) as exc:
+        if debug:
+            raise
+        print(f"stopped: {exc}", file=out, flush=True)
+        return 1
+    except UserError as exc:
+        if debug:
+            raise
+        print(f"error: {exc}", file=out, flush=True)
+        return 2
+    return 0
+
+
+def load_config(argv: list[str], default: str):
+    """The ml-collections config of a command line: `--config path/to/file.py[:name]` (default `default`) and
+    `--config.a.b=value` overrides. Every problem is a UsageError naming the flag and the fix (unknown fields
+    get the nearest field names), instead of absl's traceback."""
+    import difflib
+
+    from absl import flags
+    from ml_collections import config_flags
+
+    spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    if spec is None and "--config" in argv[:-1]:
+        spec = argv[argv.index("--config") + 1]
+    spec = spec or default
+    path = spec.split(":", 1)[0]
+    if not os.path.isfile(path):
+        raise UsageError(f"--config {spec!r}: no such file {path!r}; give path/to/file.py[:experiment]")
+    unknown = [a for a in argv[1:] if a.startswith("-") and not a.startswith("--config") and a != "--"]
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]!r}; options: --config FILE[:NAME], --config.<field>=<value>, --debug")
+
+    def parse(args):
+        values = flags.FlagValues()
+        config_flags.DEFINE_config_file("config", default, "experiment config", flag_values=values, sys_argv=args)
+        values(args)
+        return values.config
+
+    base = [argv[0], f"--config={spec}"]
+    try:
+        config = parse(base)
+    except Exception as exc:  # the config file itself: a wrong experiment name, an error in the file
+        text = str(exc).strip()
+        detail = text.splitlines()[-1] if text else type(exc).__name__  # absl wraps the file's traceback in its text
+        raise UsageError(f"--config {spec!r}: {detail}") from exc
+    for arg in argv[1:]:
+        if not arg.startswith("--config."):
+            continue
+        field = arg[len("--config."):].split("=", 1)[0]
+        node, parts = config, field.split(".")
+        for depth, part in enumerate(parts):
+            keys = list(node.keys()) if hasattr(node, "keys") else []
+            if part not in keys:
+                where = ".".join(parts[:depth]) or "the config"
+                near = difflib.get_close_matches(part, keys, n=3)
+                hint = f"; did you mean {', '.join(repr('.'.join(parts[:depth] + [n])) for n in near)}?" if near else ""
+                raise UsageError(f"--config.{field}: {where} has no field {part!r}{hint} (every field is documented "
+                                 "in config/base.py)")
+            node = node[part]
+    try:
+        return parse(argv)
+    except Exception as exc:  # a value of the wrong type, an unparsable literal
+        raise UsageError(f"command line: {exc}") from exc
 
 
 def load_rows(source: str) -> list[dict]:
@@ -24,6 +105,41 @@ def load_rows(source: str) -> list[dict]:
 def _looks_like_path(model: str) -> bool:
     """True when `model` can only be meant as a local path (a hub id is `name` or `org/name`)."""
     return os.path.isabs(model) or model.startswith((".", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
+
+
+def check_model_source(model: str) -> str | None:
+    """Why `model` (a pipeline directory, a run's output, a factory file or a hub id) cannot be loaded, or None.
+
+    Cheap checks only, before anything is loaded: a local path must exist and look like a pipeline or a run's
+    output; a factory file ("path/to/file.py:fn") must exist; a hub id must be in the local cache when
+    HF_HUB_OFFLINE is set (otherwise the download attempt would fail with a network error).
+    """
+    from ddpo_grpo.policies import FINAL_MANIFEST
+
+    path = Path(os.path.expanduser(model))
+    file_part = model.rpartition(":")[0] if model.rpartition(":")[0].endswith(".py") else ""
+    if file_part or model.endswith(".py"):
+        file = Path(os.path.expanduser(file_part or model))
+        return None if file.is_file() else f"{model!r}: factory file {str(file)!r} does not exist"
+    if path.exists():
+        if not path.is_dir():
+            return f"{model!r} is a file; expected a pipeline directory, a run's output or a hub id"
+        markers = (path / "model_index.json", path / FINAL_MANIFEST, path / "final" / FINAL_MANIFEST)
+        if not any(m.is_file() for m in markers):
+            return (f"{model!r} is neither a diffusers pipeline directory (no model_index.json) nor a run's output "
+                    f"(no {FINAL_MANIFEST}; a training run writes final/ only when it ends)")
+        return None
+    if _looks_like_path(model):
+        return f"{model!r}: no such directory"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+        except ImportError:
+            return None
+        if not isinstance(try_to_load_from_cache(model, "model_index.json"), str):
+            return (f"{model!r} is neither a local directory nor in the local hub cache, and HF_HUB_OFFLINE is set: "
+                    f"download it first (`hf download {model}`) or give a local pipeline directory")
+    return None
 
 
 def load_model(model: str):

@@ -7,8 +7,10 @@ Every message names the field(s) and says how to fix them. `validate(config, num
 from __future__ import annotations
 
 import math
+import os
 
 from ddpo_grpo.advantages import ADVANTAGE_MODES
+from ddpo_grpo.errors import ConfigError
 from ddpo_grpo.losses import AGGREGATIONS, KL_ESTIMATORS
 from ddpo_grpo.sde import SDE_TYPES
 
@@ -16,10 +18,6 @@ REFERENCE_UPDATES = ("fixed", "hard", "soft")
 MIXED_PRECISION = ("no", "fp16", "bf16")
 TRACKERS = ("wandb", "tensorboard", "none")
 STEP_SELECTIONS = ("first", "random")
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _choice(problems, name, value, allowed):
@@ -75,6 +73,11 @@ def validate(config, num_processes: int = 1) -> dict:
         p.append(f"sample.noise_level={s.noise_level} must be ≥ 0 (and ≤ 1 for sde_type='cps')")
     if not 0 < t.timestep_fraction <= 1:
         p.append(f"train.timestep_fraction={t.timestep_fraction} must be in (0, 1]")
+    if not t.learning_rate >= 0:  # 0 is allowed: sampling and evaluation without updates, for checks
+        p.append(f"train.learning_rate={t.learning_rate} must be ≥ 0 (typical: 1e-4 … 3e-4 for AdamW on LoRA)")
+    for name in ("max_consecutive_skips", "max_degenerate_epochs"):
+        _positive(p, f"train.{name}", t[name], allow_zero=True)
+    _check_run_name(p, config)
     if t.clip_range <= 0:
         p.append(f"train.clip_range={t.clip_range} must be > 0 (typical: 1e-4 for DDPO, 1e-3..0.2 for GRPO)")
     if t.beta < 0 or t.kl_threshold < 0:
@@ -136,6 +139,58 @@ def validate(config, num_processes: int = 1) -> dict:
     if p:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
     return derived_totals(config, num_processes)
+
+
+def _check_run_name(problems, config) -> None:
+    """run_name is one directory name: the run stays inside logdir."""
+    name = str(config.run_name)
+    if name and (name in (".", "..") or "/" in name or "\\" in name or os.path.isabs(name)):
+        problems.append(f"run_name={name!r} must be a plain directory name (no '/', '..' or absolute path): runs "
+                        f"are written to <logdir>/<run_name>; set logdir to choose where")
+
+
+def check_inputs(config) -> None:
+    """Everything checkable on disk before any model is loaded or the run directory is created: the model,
+    the checkpoint to resume, an existing run of the same name, the prompt sources and the reward names.
+    Raises ConfigError listing every problem, each with its fix."""
+    from ddpo_grpo import checkpoint as ckpt
+    from ddpo_grpo.cli import check_model_source
+    from ddpo_grpo.prompts import load_prompts
+    from reward_models.registry import check_reward_spec
+
+    p: list[str] = []
+    problem = check_model_source(config.pretrained.model) if config.pretrained.model else None
+    if problem:
+        p.append(f"pretrained.model: {problem}")
+    if config.resume_from:
+        try:
+            ckpt.find_checkpoint(config.resume_from)
+        except (FileNotFoundError, ValueError) as exc:
+            p.append(f"resume_from={config.resume_from!r}: {exc}. A run writes its first checkpoint after save_freq "
+                     f"epochs; with none there is nothing to resume: start it again under another run_name")
+    elif config.run_name:
+        run = os.path.join(config.logdir, config.run_name)
+        held = [x for x in ("metrics.jsonl", ckpt.CHECKPOINTS_DIRNAME, "final") if os.path.exists(os.path.join(run, x))]
+        if held:
+            p.append(f"run_name={config.run_name!r}: {run} already holds a run ({', '.join(held)}); continue it with "
+                     f"--config.resume_from={run}, or choose another run_name (nothing was overwritten)")
+    sources = {"prompts.source": config.prompts.source}
+    if config.eval.freq:
+        sources["eval.prompts"] = config.eval.prompts or config.prompts.source
+    for field, source in sources.items():
+        try:
+            load_prompts(source)
+        except (ValueError, OSError) as exc:
+            p.append(f"{field}: {exc}")
+    names = {f"reward.fns[{n!r}]": config.reward.sources.get(n, n) for n in config.reward.fns}
+    if config.eval.freq and config.eval.reward:
+        names["eval.reward"] = config.reward.sources.get(config.eval.reward, config.eval.reward)
+    for field, spec in names.items():
+        problem = check_reward_spec(spec)
+        if problem:
+            p.append(f"{field}: {problem}")
+    if p:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
 
 
 def trained_steps_per_sample(config) -> int:

@@ -33,8 +33,10 @@ import torch
 
 from ddpo_grpo import checkpoint as ckpt
 from ddpo_grpo.advantages import RewardAdvantages, group_keys
-from ddpo_grpo.config_checks import validate
+from ddpo_grpo.config_checks import check_inputs, validate
+from ddpo_grpo.errors import ConfigError, RewardError
 from ddpo_grpo.evaluation import Evaluator, evaluate, every
+from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard
 from ddpo_grpo.logging_utils import MetricsLogger
 from ddpo_grpo.losses import aggregation_weight, kl_estimator, policy_loss
 from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, load_pipeline
@@ -46,6 +48,7 @@ from ddpo_grpo.seeding import derive_seed
 from ddpo_grpo.weights import EMA, trainable_parameters
 
 WEIGHT_DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
 
 
 class _Stats:
@@ -81,10 +84,14 @@ class Trainer:
                 "on CPU-only machines launch with ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ..."
             )
         self.totals = validate(config, self.acc.num_processes)
+        check_inputs(config)  # before any model is loaded and before the run directory exists
         self.main = self.acc.is_main_process
         self.rank = self.acc.process_index
         if config.allow_tf32 and torch.cuda.is_available():
             torch.backends.cuda.matmul.allow_tf32 = True
+        self.guard = FiniteGuard(config.train.max_consecutive_skips)
+        self.degenerate = DegenerateEpochs(config.train.max_degenerate_epochs)
+        self._build_rewards()  # before the seed: a reward model's initialisation draws nothing the run uses
         torch.manual_seed(config.seed)
 
         self._setup_run_dir()
@@ -134,7 +141,8 @@ class Trainer:
             raise ValueError(f"pretrained.tiny={cfg.pretrained.tiny!r} must be one of {sorted(builders)}")
         path = (Path(cfg.logdir) / "_tiny" / cfg.pretrained.tiny).resolve()
         if self.main and not (path / "model_index.json").is_file():
-            builders[cfg.pretrained.tiny](path)
+            with torch.random.fork_rng(devices=[]):  # its own RNG: building it leaves the run's random state alone
+                builders[cfg.pretrained.tiny](path)
         self.acc.wait_for_everyone()
         return str(path)
 
@@ -184,15 +192,25 @@ class Trainer:
             )
         self.model, self.optimizer = self.acc.prepare(self.policy.denoiser, optimizer)
 
-    def _setup_data_and_rewards(self):
+    def _build_rewards(self):
+        """The training reward (reward.fns) and, with eval.freq, the evaluation reward; RewardError if one fails."""
         from reward_models import build_reward
 
         cfg = self.config
+        try:
+            self.reward = build_reward(
+                dict(cfg.reward.fns), {k: dict(v) for k, v in cfg.reward.kwargs.items()}, dict(cfg.reward.sources)
+            )
+            self.eval_reward = self._eval_reward() if cfg.eval.freq else None
+        except RewardError:
+            raise
+        except (ValueError, TypeError, RuntimeError, OSError) as exc:
+            raise RewardError(f"building the rewards failed: {exc}") from exc
+
+    def _setup_data_and_rewards(self):
+        cfg = self.config
         self.rows = load_prompts(cfg.prompts.source)
         self.prompt_sampler = PromptSampler(self.rows, seed=cfg.seed, stratify_by=cfg.prompts.stratify_by)
-        self.reward = build_reward(
-            dict(cfg.reward.fns), {k: dict(v) for k, v in cfg.reward.kwargs.items()}, dict(cfg.reward.sources)
-        )
         t = cfg.train
         self.tracker = RewardAdvantages(
             self.reward.weights, cfg.reward.aggregation, mode=t.adv_mode, buffer_size=t.adv_buffer_size,
@@ -206,11 +224,11 @@ class Trainer:
         )
         self.noise_level = s.noise_level if self.policy.noise_field == "sample.noise_level" else s.eta
         if self.noise_level <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.policy.noise_field}={self.noise_level}: with no noise every sampling step is deterministic "
                 f"and there is no transition to train; set {self.policy.noise_field} > 0 for this {type(self.policy).__name__}"
             )
-        self.evaluator = Evaluator(cfg, self._eval_reward()) if cfg.eval.freq else None
+        self.evaluator = Evaluator(cfg, self.eval_reward) if cfg.eval.freq else None
         report_rows = self.evaluator.rows if self.evaluator is not None else self.rows
         self.report = RunReport(
             self.run_dir, [report_rows[i % len(report_rows)] for i in range(cfg.logging.num_images)],
@@ -310,6 +328,9 @@ class Trainer:
         stats = dict(self.reward.stats(all_per_reward, combined))
         stats.update(adv_stats)
         stats["reward/frac_nan"] = float(np.isnan(combined).mean())
+        # an epoch that teaches nothing (all rewards NaN, all groups flat: every advantage 0): warned once,
+        # stopped after train.max_degenerate_epochs in a row
+        stats["train/degenerate_epoch"] = int(self.degenerate.check(epoch, all_per_reward, combined, stats))
         n = self.totals["samples_per_process"]
         mine = torch.as_tensor(advantages[self.rank * n : (self.rank + 1) * n], device=self.acc.device)
         return mine, stats
@@ -320,6 +341,7 @@ class Trainer:
         n, mb = len(rollout), t.batch_size
         stats = _Stats()
         grad_norms, mismatch, inner_run = [], float("nan"), 0
+        self.guard.start_epoch()
         self.model.train()
         for inner in range(t.num_inner_epochs):
             gen = torch.Generator().manual_seed(derive_seed(cfg.seed, epoch, self.rank, inner, 3))
@@ -337,7 +359,7 @@ class Trainer:
                 if first:
                     mismatch = diff
                 if sync:
-                    grad_norms.append(self._optimizer_step())
+                    grad_norms.append(self._optimizer_step(epoch))
             inner_run += 1
             approx_kl = self._reduce_mean(inner_stats.mean("approx_kl"))
             if t.kl_threshold > 0 and approx_kl > t.kl_threshold and inner + 1 < t.num_inner_epochs:
@@ -347,11 +369,12 @@ class Trainer:
             "train/kl": stats.mean("kl") if self.reference is not None else float("nan"),
             "train/approx_kl": stats.mean("approx_kl"), "train/clipfrac": stats.mean("clipfrac"),
             "train/ratio_mean": stats.mean("ratio"),
-            "train/grad_norm": float(np.mean(grad_norms)) if grad_norms else float("nan"),
+            "train/grad_norm": float(np.mean([g for g in grad_norms if np.isfinite(g)] or [np.nan])),
         }
         out = {k: self._reduce_mean(v) for k, v in out.items()}
         out["train/logp_mismatch"] = self._reduce_max(mismatch)
         out["train/inner_epochs_run"] = inner_run
+        out["train/skipped_steps"] = self.guard.skipped
         out["train/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
@@ -405,19 +428,24 @@ class Trainer:
                 stats.add("kl", kl, mask)
         return float(max_diff) if check else float("nan")
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self, epoch: int) -> float:
+        """Clip and apply the accumulated gradient, or skip it when it is not finite (guard.py)."""
         t = self.config.train
         if t.warmup_steps > 0:
             scale = min(1.0, (self.global_step + 1) / t.warmup_steps)
             for group in self.optimizer.param_groups:
                 group["lr"] = t.learning_rate * scale
-        norm = self.acc.clip_grad_norm_(list(self.params.values()), t.max_grad_norm)
+        norm = float(self.acc.clip_grad_norm_(list(self.params.values()), t.max_grad_norm))
+        if not self.guard.allow(norm, epoch):  # the same norm on every process: all skip together
+            self.optimizer.zero_grad(set_to_none=True)
+            return norm
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.guard.check_weights(self.params, epoch)
         self.global_step += 1
         if self.ema is not None:
             self.ema.update()
-        return float(norm)
+        return norm
 
     def _reduce_mean(self, value: float) -> float:
         if self.acc.num_processes == 1:
@@ -518,35 +546,53 @@ class Trainer:
         self.acc.wait_for_everyone()
 
     def _resume(self, path: str) -> None:
-        found = ckpt.find_checkpoint(path)
-        loaded = ckpt.load_checkpoint(found)
-        weights = loaded["tensors"]["model"]
-        missing = set(self.params) - set(weights)
-        if missing:
-            raise ValueError(
-                f"checkpoint {found} does not match this model ({len(missing)} trainable weights missing, e.g. "
-                f"{sorted(missing)[:2]}); check train.use_lora / lora_rank / pretrained.model against the resumed run"
-            )
+        """Continue from the newest complete checkpoint under `path` (falling back past a corrupt one, logged)."""
+        loaded = ckpt.load_latest(path, log=lambda line: print(line, flush=True) if self.main else None)
+        found, state = loaded["path"], loaded["state"]
+        self._check_resumable(loaded["tensors"]["model"], state.get("config", {}), found)
         with torch.no_grad():
             for name, p in self.params.items():
-                p.copy_(weights[name].to(p.device))
+                p.copy_(loaded["tensors"]["model"][name].to(p.device))
         if loaded["optimizer_state"] is not None:
             self.optimizer.load_state_dict(loaded["optimizer_state"])
         if self.ema is not None and "ema" in loaded["tensors"]:
             self.ema.load_state_dict(loaded["tensors"]["ema"])
         if self.reference is not None and "reference" in loaded["tensors"]:
             self.reference.load_state_dict(loaded["tensors"]["reference"])
-        state = loaded["state"]
         self.tracker.load_state_dict(state["tracker"])
         ckpt.set_rng_state(state["rng"])
         self.start_epoch, self.global_step = state["epoch"] + 1, state["global_step"]
         if self.main:
             print(f"resumed from {found} (continuing at epoch {self.start_epoch})", flush=True)
 
+    def _check_resumable(self, weights: dict, saved: dict, found: Path) -> None:
+        """ConfigError explaining a checkpoint whose trainable weights do not fit this model."""
+        missing = sorted(set(self.params) - set(weights))
+        unexpected = sorted(set(weights) - set(self.params))
+        shapes = [k for k in self.params if k in weights and tuple(weights[k].shape) != tuple(self.params[k].shape)]
+        if not (missing or unexpected or shapes):
+            return
+        fields = ("train.use_lora", "train.lora_rank", "train.lora_target_modules", "pretrained.model")
+        differ = []
+        for field in fields:
+            section, key = field.split(".")
+            before, now = saved.get(section, {}).get(key), self.config[section][key]
+            if before is not None and _plain(before) != _plain(now):
+                differ.append(f"{field}={now!r} (the checkpoint's run: {before!r})")
+        detail = (f"{len(missing)} trainable weights missing (e.g. {missing[:1]}), {len(unexpected)} unexpected, "
+                  f"{len(shapes)} of another shape" + (f" (e.g. {shapes[0]}: {tuple(weights[shapes[0]].shape)} saved, "
+                                                       f"{tuple(self.params[shapes[0]].shape)} now)" if shapes else ""))
+        fix = ("; ".join(differ) + ": resume with the checkpoint's values") if differ else (
+            "check train.use_lora / train.lora_rank / pretrained.model against the resumed run")
+        raise ConfigError(f"resume_from: checkpoint {found} does not fit this model: {detail}. {fix}")
+
     def export_final(self) -> Path:
         """Write <run>/final/ atomically: LoRA weights (diffusers format) or a full pipeline."""
         final = self.run_dir / "final"
         self.acc.wait_for_everyone()
+        self.guard.check_weights(self.params, self.config.num_epochs - 1)  # never export non-finite weights
+        if self.ema is not None:
+            self.guard.check_weights(self.ema.shadow, self.config.num_epochs - 1)
         if self.main:
             tmp = self.run_dir / f".tmp-final-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
@@ -575,6 +621,11 @@ class Trainer:
         from tqdm.auto import tqdm
 
         return tqdm(iterable, desc=desc, leave=False)
+
+
+def _plain(value):
+    """A config value in comparable form (tuples and lists alike)."""
+    return list(value) if isinstance(value, (list, tuple)) else value
 
 
 def _shuffle_steps(rollout: Rollout, gen: torch.Generator) -> Rollout:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ddpo_grpo import plugins
+from ddpo_grpo.errors import RewardError
 
 from .contract import RewardFactory, RewardFn, coerce_scores, takes_three_positional
 from .per_sample import adapt_per_sample, is_per_sample
@@ -126,6 +127,18 @@ def _is_factory(obj: Callable) -> bool:
     return not is_per_sample(obj) and not takes_three_positional(obj)
 
 
+def check_reward_spec(spec: str) -> Optional[str]:
+    """Why ``spec`` (a reward name or ``"path/to/file.py:fn"``) cannot be loaded, or None; nothing is built."""
+    if spec in REGISTRY or spec in plugins.names("rewards"):
+        return None
+    if ":" in spec or spec.endswith(".py"):
+        path = spec if spec.endswith(".py") else spec.rpartition(":")[0]
+        if not os.path.isfile(os.path.expanduser(path)):
+            return f"reward {spec!r}: file {path!r} does not exist (cwd: {os.getcwd()})"
+        return None
+    return f"unknown reward {spec!r}; {_available()}"
+
+
 def load_reward(name: str, **kwargs: Any) -> RewardFn:
     """Build a reward fn from a registry ``name`` or a ``"path/to/file.py:attr"`` spec.
 
@@ -204,11 +217,21 @@ class MultiReward:
             try:
                 out = fn(images, prompts, metadata)
             except Exception as exc:
-                raise RuntimeError(f"reward {name!r} raised {type(exc).__name__}: {exc}") from exc
+                raise RewardError(f"reward {name!r} raised {type(exc).__name__}: {exc}") from exc
             if not (isinstance(out, tuple) and len(out) == 2):
-                raise ValueError(f"reward {name!r} must return a (scores, info) tuple, got {type(out).__name__}")
+                raise RewardError(f"reward {name!r} must return a (scores, info) tuple, got {type(out).__name__}")
             scores, r_info = out
-            per_reward[name] = coerce_scores(name, scores, batch)
+            try:
+                per_reward[name] = coerce_scores(name, scores, batch)
+            except ValueError as exc:
+                raise RewardError(str(exc)) from exc
+            infinite = np.flatnonzero(np.isinf(per_reward[name]))
+            if infinite.size:
+                i = int(infinite[0])
+                raise RewardError(
+                    f"reward {name!r} returned {per_reward[name][i]} for sample {i} (prompt {prompts[i]!r}); scores "
+                    "must be finite numbers, or NaN for 'not applicable'"
+                )
             if r_info:
                 info[name] = r_info
         return per_reward, info

@@ -10,7 +10,8 @@ dependencies)::
 
     python scripts/serve_reward.py --reward pickscore --port 8765
 
-Protocol version 1 (the full reference is the docstring of ``scripts/serve_reward.py``):
+Protocol version 1 (the full reference is the docstring of ``scripts/serve_reward.py``; limits, flags
+and the threat model are in ``docs/remote_scoring.md``):
 ``POST /score`` with ``{"protocol": 1, "images": [base64 PNG], "prompts": [str], "metadata": [object]}``
 -> ``200 {"protocol": 1, "scores": [float | null], "info": {...}}``, where ``null`` means NaN
 ("not applicable"); every error is ``{"error": "..."}`` with a 4xx (the request is wrong) or 5xx
@@ -23,9 +24,11 @@ Client semantics (:class:`RemoteReward`):
 * a batch is split into requests of at most ``max_batch`` images, sent one after another;
 * connection errors, timeouts and 5xx answers are retried ``retries`` times (so at most
   ``retries + 1`` attempts per request), sleeping ``backoff * 2**k`` seconds before retry ``k``
-  (k = 0, 1, ...); 4xx answers are never retried and raise ``ValueError`` with the server's
-  message; a server that stays unreachable raises ``ConnectionError`` naming the URL and the
-  number of attempts; a server that keeps answering 5xx raises ``RuntimeError`` with its message;
+  (k = 0, 1, ...), or longer when a 5xx answer carries ``Retry-After: SECONDS`` (honoured up to
+  60 s; the server sends ``503`` + ``Retry-After`` when it is busy); 4xx answers are never retried
+  and raise ``ValueError`` with the server's message; a server that stays unreachable raises
+  ``ConnectionError`` naming the URL and the number of attempts; a server that keeps answering 5xx
+  raises ``RuntimeError`` with its message;
 * the bearer token comes from ``token`` or else the ``DDPO_REWARD_TOKEN`` environment variable;
 * connections go straight to the URL: ``http_proxy``-style environment variables are ignored.
 """
@@ -41,7 +44,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +79,7 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def merge_infos(infos: List[dict]) -> dict:
+def merge_infos(infos: list[dict]) -> dict:
     """Merge the info dicts of consecutive sub-batches into one.
 
     One dict is returned unchanged. Otherwise, key by key: lists are concatenated (per-sample
@@ -86,7 +89,7 @@ def merge_infos(infos: List[dict]) -> dict:
     infos = [i for i in infos if i]
     if len(infos) <= 1:
         return dict(infos[0]) if infos else {}
-    merged: Dict[str, Any] = {}
+    merged: dict[str, Any] = {}
     keys = list(dict.fromkeys(k for info in infos for k in info))
     for key in keys:
         values = [info[key] for info in infos if key in info]
@@ -106,6 +109,19 @@ def encode_png(image: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+#: the longest ``Retry-After`` the client honours, seconds
+MAX_RETRY_AFTER = 60.0
+
+
+def _retry_after(exc: urllib.error.HTTPError) -> float:
+    """Seconds asked for by a ``Retry-After: N`` header (0 if absent or not a number; at most 60)."""
+    try:
+        value = float((exc.headers or {}).get("Retry-After") or 0)
+    except (TypeError, ValueError):  # an HTTP date: not sent by serve_reward.py, ignored
+        return 0.0
+    return min(max(value, 0.0), MAX_RETRY_AFTER) if math.isfinite(value) else 0.0
+
+
 def _error_message(exc: urllib.error.HTTPError) -> str:
     """The ``error`` field of an HTTP error's JSON body, or its raw text (truncated)."""
     try:
@@ -116,7 +132,7 @@ def _error_message(exc: urllib.error.HTTPError) -> str:
         obj = json.loads(raw)
         if isinstance(obj, dict) and "error" in obj:
             return str(obj["error"])
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or absurdly nested
         pass
     text = raw.decode("utf-8", "replace").strip()
     return text[:500] or (exc.reason if isinstance(exc.reason, str) else "") or "(empty body)"
@@ -140,7 +156,7 @@ class RemoteReward:
     def __init__(
         self,
         url: str,
-        token: Optional[str] = None,
+        token: str | None = None,
         timeout: float = 30.0,
         retries: int = 3,
         backoff: float = 0.5,
@@ -174,7 +190,7 @@ class RemoteReward:
         auth = ", token=***" if self.token else ""
         return f"RemoteReward({self.url!r}{auth}, max_batch={self.max_batch}, retries={self.retries})"
 
-    def __call__(self, images: Any, prompts: List[str], metadata: List[dict]):
+    def __call__(self, images: Any, prompts: list[str], metadata: list[dict]):
         pil = to_pil(images)
         batch = len(pil)
         prompts = list(prompts)
@@ -183,8 +199,8 @@ class RemoteReward:
             raise ValueError(
                 f"remote reward: got {batch} images but {len(prompts)} prompts and {len(metadata)} metadata rows"
             )
-        scores: List[np.ndarray] = []
-        infos: List[dict] = []
+        scores: list[np.ndarray] = []
+        infos: list[dict] = []
         for start in range(0, batch, self.max_batch):
             end = min(start + self.max_batch, batch)
             s, info = self._score(pil[start:end], prompts[start:end], metadata[start:end])
@@ -193,7 +209,7 @@ class RemoteReward:
         out = np.concatenate(scores) if scores else np.zeros((0,), dtype=np.float32)
         return out.astype(np.float32, copy=False), merge_infos(infos)
 
-    def _score(self, pil: list, prompts: List[str], metadata: List[dict]):
+    def _score(self, pil: list, prompts: list[str], metadata: list[dict]):
         payload = {
             "protocol": PROTOCOL,
             "images": [encode_png(im) for im in pil],
@@ -221,9 +237,11 @@ class RemoteReward:
         attempts = self.retries + 1
         last_error = ""
         last_was_http = False
+        wait_hint = 0.0  # Retry-After of the last answer
         for k in range(attempts):
             if k:
-                time.sleep(self.backoff * 2 ** (k - 1))
+                time.sleep(max(self.backoff * 2 ** (k - 1), wait_hint))
+            wait_hint = 0.0
             request = urllib.request.Request(self.score_url, data=body, headers=headers, method="POST")
             try:
                 with self._opener.open(request, timeout=self.timeout) as resp:
@@ -235,6 +253,7 @@ class RemoteReward:
                         f"remote reward {self.score_url} rejected the request (HTTP {exc.code}): {msg}"
                     ) from None
                 last_error, last_was_http = f"HTTP {exc.code}: {msg}", True
+                wait_hint = _retry_after(exc)
                 continue
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:  # refused, reset, timeout
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
@@ -242,7 +261,7 @@ class RemoteReward:
                 continue
             try:
                 return json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise RuntimeError(
                     f"remote reward {self.score_url} answered 200 with a body that is not JSON: {raw[:200]!r}"
                 ) from None

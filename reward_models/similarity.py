@@ -8,7 +8,18 @@ Both rewards compare each generated image with the ground-truth image of its dat
   to RGB and scaled to ``[0, 1]``; decoded files are cached (keyed by path, size and mtime, so an
   edited file is reread);
 * a float tensor / array ``(3, H, W)`` in ``[0, 1]`` (a ``uint8`` one is divided by 255), or a
-  ``PIL.Image``.
+  ``PIL.Image``;
+* a nested list ``(3, H, W)`` of numbers, as JSON carries an array (what ``scripts/serve_reward.py``
+  receives): all integers -> ``uint8`` levels ``0..255`` (divided by 255), any float -> values in ``[0, 1]``
+  (which is how :func:`reward_models.remote.to_jsonable` writes a ``uint8`` / a float array).
+
+**Path policy.** Inside a ``with ground_truth_path_policy(policy):`` block (on the calling thread /
+context), a path is not resolved as above: ``policy(path, index, key)`` receives the raw string (no
+``root``, no ``~`` expansion) and returns the real path to read, or raises to refuse it. The reward
+server uses this to refuse client-named paths, or to confine them to its ``--data_root``. A policy's
+``TypeError`` / ``ValueError`` / ``OSError`` is reported like any other invalid ground truth (with the
+row index and key); any other exception (the server's HTTP errors) propagates unchanged. Under a policy,
+error messages never contain the path. Without one (local training), paths behave as described above.
 
 A ground truth whose size differs from the generated image's is resized to the generated size
 with bicubic interpolation (antialiased when shrinking) and clamped to ``[0, 1]``; generated
@@ -27,9 +38,12 @@ Registered rewards (factory kwargs ``key``, ``root``):
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
-from typing import Any, List, Optional, Tuple
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +58,27 @@ SSIM_SIGMA = 1.5
 SSIM_K1 = 0.01
 SSIM_K2 = 0.03
 
+#: ``policy(path, index, key) -> real path to open``; it raises to refuse. See :func:`ground_truth_path_policy`.
+PathPolicy = Callable[[str, int, str], str]
+_PATH_POLICY: contextvars.ContextVar[PathPolicy | None] = contextvars.ContextVar("ground_truth_path_policy",
+                                                                                default=None)
+
+
+@contextlib.contextmanager
+def ground_truth_path_policy(policy: PathPolicy | None) -> Iterator[None]:
+    """Within the block, ground-truth paths from metadata are resolved (or refused) by ``policy``.
+
+    ``policy(path, index, key)`` gets the raw string of ``metadata[index][key]`` and returns the real
+    path of the file to read, or raises. The setting is per thread / ``contextvars`` context, so a
+    reward must read its ground truths on the thread that calls it (``psnr`` and ``ssim`` do).
+    ``None`` restores the local behaviour (paths relative to ``root`` or the working directory).
+    """
+    token = _PATH_POLICY.set(policy)
+    try:
+        yield
+    finally:
+        _PATH_POLICY.reset(token)
+
 
 # ---------------------------------------------------------------------------------- metrics
 def psnr(x: torch.Tensor, y: torch.Tensor, max_db: float = PSNR_CAP_DB) -> torch.Tensor:
@@ -53,7 +88,8 @@ def psnr(x: torch.Tensor, y: torch.Tensor, max_db: float = PSNR_CAP_DB) -> torch
     (identical images give exactly ``max_db``).
     """
     if x.shape != y.shape or x.ndim != 4:
-        raise ValueError(f"psnr: expected two [B, C, H, W] tensors of one shape, got {tuple(x.shape)}, {tuple(y.shape)}")
+        raise ValueError(f"psnr: expected two [B, C, H, W] tensors of one shape, "
+                         f"got {tuple(x.shape)}, {tuple(y.shape)}")
     mse = (x.float() - y.float()).pow(2).flatten(1).mean(dim=1).double()  # [B]; float32 pairwise sum
     db = 10.0 * torch.log10(1.0 / mse.clamp_min(1e-300))  # [B]; inf-free
     return db.clamp(max=max_db).float()
@@ -96,7 +132,8 @@ def ssim(
     taken about the images' mean (σ's are shift-invariant) to keep float32 accurate on flat regions.
     """
     if x.shape != y.shape or x.ndim != 4:
-        raise ValueError(f"ssim: expected two [B, C, H, W] tensors of one shape, got {tuple(x.shape)}, {tuple(y.shape)}")
+        raise ValueError(f"ssim: expected two [B, C, H, W] tensors of one shape, "
+                         f"got {tuple(x.shape)}, {tuple(y.shape)}")
     b, c, h, w = x.shape
     if min(h, w) < win_size:
         raise ValueError(f"ssim: images are {h}×{w}, smaller than the {win_size}×{win_size} window")
@@ -129,9 +166,35 @@ def _read_image(path: str, size: int, mtime_ns: int) -> np.ndarray:
         return np.ascontiguousarray(np.asarray(img.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1))
 
 
-def _ground_truth(value: Any, root: Optional[str]) -> torch.Tensor:
+def _nested_ground_truth(value: list | tuple) -> torch.Tensor:
+    """A nested ``(3, H, W)`` list of numbers (a JSON array) -> float32 ``[3, H, W]``; ints are uint8 levels."""
+    try:
+        arr = np.asarray(value)
+    except (ValueError, OverflowError):
+        raise ValueError("a nested-list ground truth must be a rectangular (3, H, W) array of numbers") from None
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"a nested-list ground truth must hold numbers, got {arr.dtype.kind!r} values")
+    if arr.ndim != 3 or arr.shape[0] != 3 or 0 in arr.shape:
+        raise ValueError(f"ground-truth array must have shape (3, H, W), got {arr.shape}")
+    if arr.dtype.kind in "iu":
+        if arr.min() < 0 or arr.max() > 255:
+            raise ValueError("a nested list of integers is read as uint8 levels and must lie in 0..255")
+        return torch.from_numpy(arr.astype(np.float32)) / 255.0
+    return torch.from_numpy(arr.astype(np.float32))
+
+
+def _ground_truth(value: Any, root: str | None, index: int = 0, key: str = "") -> torch.Tensor:
     """A row's ground truth -> float32 ``[3, H, W]`` in ``[0, 1]`` on the CPU; TypeError/ValueError if invalid."""
     if isinstance(value, (str, os.PathLike)):
+        policy = _PATH_POLICY.get()
+        if policy is not None:  # the caller (the reward server) resolves and vets the path; never echo it
+            path = policy(os.fspath(value), index, key)
+            try:
+                st = os.stat(path)
+                arr = _read_image(path, st.st_size, st.st_mtime_ns)
+            except Exception as exc:  # OSError, PIL's UnidentifiedImageError / DecompressionBombError, ...
+                raise ValueError(f"the ground-truth file cannot be read as an image ({type(exc).__name__})") from None
+            return torch.from_numpy(arr).float() / 255.0
         path = os.path.expanduser(os.fspath(value))
         if not os.path.isabs(path):
             path = os.path.join(root if root is not None else os.getcwd(), path)
@@ -140,16 +203,22 @@ def _ground_truth(value: Any, root: Optional[str]) -> torch.Tensor:
         st = os.stat(path)
         return torch.from_numpy(_read_image(path, st.st_size, st.st_mtime_ns)).float() / 255.0
     if hasattr(value, "convert") and hasattr(value, "size"):  # PIL.Image
-        return torch.from_numpy(np.asarray(value.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).copy()).float() / 255.0
+        arr = np.asarray(value.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).copy()
+        return torch.from_numpy(arr).float() / 255.0
     if isinstance(value, (np.ndarray, torch.Tensor)):
         t = torch.as_tensor(value).detach().cpu()
         if t.ndim != 3 or t.shape[0] != 3:
             raise ValueError(f"ground-truth array must have shape (3, H, W), got {tuple(t.shape)}")
         return t.float() / 255.0 if t.dtype == torch.uint8 else t.float()
-    raise TypeError(f"ground truth of type {type(value).__name__}; expected an image path, a (3, H, W) array or a PIL image")
+    if isinstance(value, (list, tuple)):
+        return _nested_ground_truth(value)
+    raise TypeError(f"ground truth of type {type(value).__name__}; expected an image path, a (3, H, W) array "
+                    "(or nested list) or a PIL image")
 
 
-def _paired(images: Any, metadata: List[dict], key: str, root: Optional[str], reward: str) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
+def _paired(
+    images: Any, metadata: list[dict], key: str, root: str | None, reward: str
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """(generated [N, 3, H, W], ground truths [N, 3, H, W], row indices) of the rows that have one."""
     images = torch.as_tensor(images) if not isinstance(images, torch.Tensor) else images
     if images.ndim != 4 or images.shape[1] != 3:
@@ -161,7 +230,7 @@ def _paired(images: Any, metadata: List[dict], key: str, root: Optional[str], re
         if value is None:
             continue
         try:
-            ref = _ground_truth(value, root)
+            ref = _ground_truth(value, root, i, key)
         except (TypeError, ValueError, OSError) as exc:
             raise ValueError(f"{reward}: sample {i}, metadata[{key!r}]: {exc}") from exc
         if ref.shape[-2:] != (h, w):
@@ -175,8 +244,8 @@ def _paired(images: Any, metadata: List[dict], key: str, root: Optional[str], re
     return gen, torch.stack(refs).to(gen.device), idx
 
 
-def _similarity_reward(metric, reward: str, key: str, root: Optional[str]):
-    def fn(images: Any, prompts: List[str], metadata: List[dict]):
+def _similarity_reward(metric, reward: str, key: str, root: str | None):
+    def fn(images: Any, prompts: list[str], metadata: list[dict]):
         scores = np.full(len(metadata), np.nan, dtype=np.float32)
         gen, ref, idx = _paired(images, metadata, key, root, reward)
         if idx:
@@ -188,15 +257,15 @@ def _similarity_reward(metric, reward: str, key: str, root: Optional[str]):
 
 
 @register("psnr")
-def psnr_reward(key: str = "ground_truth", root: Optional[str] = None, max_db: float = PSNR_CAP_DB):
+def psnr_reward(key: str = "ground_truth", root: str | None = None, max_db: float = PSNR_CAP_DB):
     """Reward = PSNR (dB, peak 1, capped at ``max_db``) of each image against ``metadata[i][key]``."""
     return _similarity_reward(functools.partial(psnr, max_db=float(max_db)), "psnr", key, root)
 
 
 @register("ssim")
-def ssim_reward(key: str = "ground_truth", root: Optional[str] = None):
+def ssim_reward(key: str = "ground_truth", root: str | None = None):
     """Reward = SSIM (Wang et al. 2004, per-channel mean) of each image against ``metadata[i][key]``."""
     return _similarity_reward(ssim, "ssim", key, root)
 
 
-__all__ = ["PSNR_CAP_DB", "psnr", "psnr_reward", "ssim", "ssim_reward"]
+__all__ = ["PSNR_CAP_DB", "PathPolicy", "ground_truth_path_policy", "psnr", "psnr_reward", "ssim", "ssim_reward"]

@@ -25,29 +25,41 @@ Launch:
   python scripts/train.py                                         # embedded quickstart (CPU, minutes)
   python scripts/train.py --config config/sd.py:aesthetic         # a named experiment
   python scripts/train.py --config config/sd3.py:pickscore --config.pretrained.model=/path/to/sd3.5m
-  accelerate launch --num_processes 8 scripts/train.py --config config/sd3.py:geneval   # many GPUs
+  accelerate launch --num_processes 8 scripts/train.py --config config/sd3.py:pickscore # many GPUs
   ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 scripts/train.py  # 2 CPU processes
 Any field can be overridden: --config.train.learning_rate=1e-4 --config.sample.num_steps=20
+
+Exit status: 0 done; 2 a bad input (config field, file, model, reward: one message naming it and the fix);
+1 a run that stopped itself (non-finite updates, epochs that teach nothing; ddpo_grpo/guard.py).
+--debug shows the traceback instead.
 """
 
 import os
-
-from absl import app
-from ml_collections import config_flags
+import sys
 
 import config
 
-# config/ is an installed package (config files import config.base); its quickstart.py is the default
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(os.path.dirname(config.__file__), "quickstart.py"), "experiment config: path/to/file.py[:name]"
-)
+DEFAULT_CONFIG = os.path.join(os.path.dirname(config.__file__), "quickstart.py")  # config/ is an installed package
 
 
-def main(_):
-    from ddpo_grpo.trainer import Trainer
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv[1:]):
+        print(__doc__)
+        return 0
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
 
-    Trainer(_CONFIG.value).run()
+    def train():
+        from ddpo_grpo.cli import load_config
+        from ddpo_grpo.trainer import Trainer
+
+        Trainer(load_config(argv, DEFAULT_CONFIG)).run()
+
+    from ddpo_grpo.cli import run_main
+
+    return run_main(train, debug=debug)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    sys.exit(main())

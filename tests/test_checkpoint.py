@@ -171,8 +171,61 @@ def test_find_checkpoint_forms(tmp_path):
     with pytest.raises(ValueError, match="incomplete"):
         find_checkpoint(broken)
     (p10 / "state.json").write_text("{bad")
-    with pytest.raises(ValueError, match="state.json line 1: invalid JSON"):
+    with pytest.raises(ck.CorruptCheckpointError, match="state.json is invalid JSON at line 1"):
         load_checkpoint(p10)
+
+
+@pytest.mark.parametrize("damage", ["truncate_model", "truncate_optimizer", "garble_model", "delete_optimizer"])
+def test_corrupt_file_is_named_and_latest_falls_back(tmp_path, damage):
+    """A damaged file of the newest checkpoint is named, and load_latest falls back to the previous one."""
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    for epoch in (1, 2):
+        save_checkpoint(tmp_path, epoch, tensors={"model": model.state_dict()}, optimizer_state=opt.state_dict(),
+                        state={"tag": epoch})
+    newest = tmp_path / "checkpoints" / "epoch_000002"
+    name = "model.safetensors" if "model" in damage else "optimizer.pt"
+    target = newest / name
+    if damage.startswith("truncate"):
+        target.write_bytes(target.read_bytes()[:-7])
+    elif damage == "garble_model":
+        data = bytearray(target.read_bytes())
+        data[:8] = b"\xff" * 8  # the safetensors header length
+        target.write_bytes(bytes(data))
+    else:
+        target.unlink()
+    with pytest.raises(ck.CorruptCheckpointError) as info:
+        load_checkpoint(newest)
+    assert info.value.file == name and name in str(info.value)
+    logged = []
+    loaded = ck.load_latest(tmp_path, log=logged.append)
+    assert loaded["state"]["tag"] == 1 and loaded["path"].name == "epoch_000001"
+    assert len(logged) == 1 and name in logged[0] and "epoch_000001" in logged[0]
+    with pytest.raises(ck.CorruptCheckpointError):  # an explicit checkpoint directory is not replaced silently
+        ck.load_latest(newest)
+
+
+def test_nothing_non_finite_is_saved_or_resumed(tmp_path):
+    good = _save(tmp_path, 1)
+    with pytest.raises(ck.NonFiniteError, match=r"tensors\['model'\]\['w'\]"):
+        save_checkpoint(tmp_path, 2, tensors={"model": {"w": torch.tensor([1.0, float("nan")])}},
+                        optimizer_state=None, state={})
+    with pytest.raises(ck.NonFiniteError, match="optimizer state"):
+        save_checkpoint(tmp_path, 2, tensors={"model": {"w": torch.ones(1)}},
+                        optimizer_state={"state": {0: {"exp_avg": torch.tensor([float("inf")])}}}, state={})
+    assert list_checkpoints(tmp_path) == [good]  # the refused saves left nothing behind
+    assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.startswith(".")]
+    # a checkpoint that holds NaN weights (written by other means) is refused for resuming
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.full((2, 2), float("nan"))}, str(good / "model.safetensors"))
+    state = json.loads((good / "state.json").read_text())
+    state.pop("_files")
+    (good / "state.json").write_text(json.dumps(state))
+    with pytest.raises(ck.NonFiniteError, match="non-finite"):
+        ck.load_latest(tmp_path)
 
 
 def test_rng_round_trip(tmp_path):

@@ -323,6 +323,33 @@ def test_retry_after_transient_503():
     assert scores[0] == 1.0 and np.isnan(scores[1]) and info == {"k": 1}
 
 
+def test_retry_after_is_honoured_and_capped(monkeypatch):
+    """A 5xx with Retry-After: N waits max(backoff * 2**k, N) seconds, N capped at 60; an HTTP date is ignored."""
+    answers = [(503, "2"), (503, "9999"), (503, "Wed, 21 Oct 2015 07:28:00 GMT"), (200, None)]
+    sleeps = []
+    monkeypatch.setattr(remote_mod, "time", type("FakeTime", (), {"sleep": staticmethod(sleeps.append)}))
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            status, retry_after = answers.pop(0)
+            body = json.dumps({"scores": [1.0]} if status == 200 else {"error": "busy"}).encode()
+            self.send_response(status)
+            if retry_after:
+                self.send_header("Retry-After", retry_after)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with serving_handler(Busy) as (_, url):
+        scores, _ = load_reward("remote", url=url, retries=3, backoff=0.01)(_images(1, 8, 8), ["a"], [{}])
+    assert scores.tolist() == [1.0] and not answers
+    assert sleeps == [2.0, remote_mod.MAX_RETRY_AFTER, 0.04]
+
+
 def test_timeout_is_retried_then_connection_error():
     hits = []
 
@@ -371,7 +398,8 @@ def test_serve_reward_subprocess(tmp_path):
         url = line.split(" on ", 1)[1].strip()
         x = _images(3, 16, 16)
         scores, _ = load_reward("remote", url=url, token="tok", timeout=10)(x, ["a"] * 3, [{}] * 3)
-        np.testing.assert_array_equal(scores, load_reward("jpeg_compressibility", quality=90)(x, ["a"] * 3, [{}] * 3)[0])
+        local, _ = load_reward("jpeg_compressibility", quality=90)(x, ["a"] * 3, [{}] * 3)
+        np.testing.assert_array_equal(scores, local)
         deadline = time.monotonic() + 10  # the server logs right after answering: give it a moment
         while '"POST /score" 200 images=3' not in (tmp_path / "stderr.txt").read_text() and time.monotonic() < deadline:
             time.sleep(0.05)

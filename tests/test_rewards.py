@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from ddpo_grpo.errors import RewardError
 from reward_models import REGISTRY, MultiReward, build_reward, load_reward, to_pil, to_uint8
 
 
@@ -97,9 +98,13 @@ def test_multireward_errors():
     def boom(i, p, m):
         raise KeyError("missing field")
 
-    with pytest.raises(RuntimeError, match="'boom'") as ei:
+    with pytest.raises(RewardError, match="'boom'") as ei:
         MultiReward([("boom", 1.0, boom)])(*args)
     assert isinstance(ei.value.__cause__, KeyError)
+
+    # an infinite score names the reward, the sample and its prompt (NaN = not applicable is allowed)
+    with pytest.raises(RewardError, match=r"reward 'big' returned inf for sample 1 \(prompt 'b'\)"):
+        MultiReward([("big", 1.0, lambda i, p, m: ([np.nan, np.inf], {}))])(*args)
 
 
 def test_build_reward_errors():

@@ -1,0 +1,362 @@
+"""scripts/serve_reward.py trusts no client: metadata paths, pixel budgets, connection limits, JSON shape.
+
+Every server runs in-process on a loopback port 0; the whole file takes a few seconds.
+"""
+
+import base64
+import contextlib
+import http.client
+import importlib.util
+import io
+import json
+import os
+import socket
+import struct
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from reward_models import load_reward
+from reward_models.similarity import ground_truth_path_policy
+
+REPO = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("serve_reward_security", REPO / "scripts" / "serve_reward.py")
+serve = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(serve)
+
+
+@contextlib.contextmanager
+def serving(reward_fn, **kwargs):
+    """``make_server(reward_fn, ...)`` served on a thread; yields ``(server, base_url)``."""
+    server = serve.make_server(reward_fn, "127.0.0.1", 0, **kwargs)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def post(url, body, path="/score", timeout=10):
+    """Raw POST; returns ``(status, JSON reply, headers)``."""
+    conn = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=timeout)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read()), dict(resp.getheaders())
+    finally:
+        conn.close()
+
+
+def png_b64(arr):
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def header_only_png(w, h):
+    """A PNG whose header claims ``w x h`` pixels, with a few bytes of compressed data."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    raw = (serve.PNG_SIGNATURE + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b""))
+    return base64.b64encode(raw).decode()
+
+
+def body(images, metadata, prompts=None):
+    return json.dumps({"images": images, "prompts": prompts or ["p"] * len(images), "metadata": metadata})
+
+
+GEN = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)  # the generated image
+GEN_B64 = png_b64(GEN)
+PSNR = load_reward("psnr")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A data root holding gt.png (= GEN), sub/gt.png, a text file and symlinks, with files outside it."""
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    Image.fromarray(GEN).save(root / "gt.png")
+    Image.fromarray(GEN).save(root / "sub" / "gt.png")
+    (root / "notes.txt").write_text("not an image")
+    Image.fromarray(255 - GEN).save(tmp_path / "outside.png")
+    os.symlink(tmp_path / "outside.png", root / "out_link.png")
+    os.symlink(root / "gt.png", root / "in_link.png")
+    os.symlink(tmp_path, root / "out_dir")
+    os.symlink(root, tmp_path / "root_link")
+    return tmp_path, root
+
+
+def assert_no_server_path(message, *paths):
+    for p in paths:
+        assert str(p) not in message, (p, message)
+    assert "/tmp" not in message and "/work" not in message, message
+
+
+# ------------------------------------------------------------------------------------ paths
+def test_paths_refused_without_data_root(tree, monkeypatch):
+    tmp_path, root = tree
+    monkeypatch.chdir(root)  # relative paths used to resolve against the server's working directory
+    with serving(PSNR, name="psnr") as (srv, url):
+        for gt in ["gt.png", str(root / "gt.png"), "/etc/passwd", "../outside.png", "nope.png"]:
+            status, reply, _ = post(url, body([GEN_B64], [{"ground_truth": gt}]))
+            assert status == 400, (gt, reply)
+            assert reply["error"].startswith("metadata[0]['ground_truth']: file paths in metadata are refused")
+            assert_no_server_path(reply["error"], root, tmp_path)
+        n = srv.stats["requests"]
+        with pytest.raises(ValueError, match=r"HTTP 400.*metadata\[0\]\['ground_truth'\].*refused"):
+            load_reward("remote", url=url, retries=3)(torch.zeros(1, 3, 16, 16), ["p"], [{"ground_truth": "gt.png"}])
+        assert srv.stats["requests"] == n + 1  # a 4xx is not retried
+        # local use in the same process (no policy in this thread) still reads paths relative to the cwd
+        x = torch.from_numpy(GEN).permute(2, 0, 1)[None].float() / 255
+        assert PSNR(x, ["p"], [{"ground_truth": "gt.png"}])[0][0] == 100.0
+
+
+def test_data_root_confines_paths(tree):
+    tmp_path, root = tree
+    x_ok = torch.from_numpy(GEN).permute(2, 0, 1)[None].float() / 255
+    for data_root in (str(root), str(tmp_path / "root_link")):  # the root itself may be given via a symlink
+        with serving(PSNR, name="psnr", data_root=data_root, max_batch=2) as (srv, url):
+            for gt in ["gt.png", "sub/gt.png", "in_link.png", "./sub//gt.png"]:
+                status, reply, _ = post(url, body([GEN_B64], [{"ground_truth": gt}]))
+                assert status == 200 and reply["scores"] == [100.0], (gt, reply)
+            refused = {
+                "../outside.png": "without '..'", "sub/../gt.png": "without '..'", str(root / "gt.png"): "relative",
+                "/etc/passwd": "relative", "out_link.png": "outside the server's data root",
+                "out_dir/outside.png": "outside the server's data root", "nope.png": "no such image file",
+                "sub": "no such image file", "notes.txt": "not a readable image", "": "relative", "a\0b": "relative",
+            }
+            for gt, expected in refused.items():
+                meta = [{}, {}, {}, {"ground_truth": gt}]  # row 3 lies in the second chunk of the server
+                status, reply, _ = post(url, body([GEN_B64] * 4, meta))
+                assert status == 400 and reply["error"].startswith("metadata[3]['ground_truth']: "), (gt, reply)
+                assert expected in reply["error"], (gt, reply)
+                assert_no_server_path(reply["error"], root, tmp_path, os.path.realpath(root))
+            scores, _ = load_reward("remote", url=url)(x_ok, ["p"], [{"ground_truth": "sub/gt.png"}])
+            assert scores.tolist() == [100.0]
+
+
+def test_ground_truth_files_count_against_the_request_budget(tree):
+    _, root = tree
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(root / "big.png")
+    rows = [{"ground_truth": "gt.png"}, {"ground_truth": "big.png"}, {"ground_truth": "gt.png"}]
+    need = 3 * 256 + 256 + 4096 + 256  # three 16x16 PNGs, then the files of rows 0, 1, 2
+    with serving(PSNR, data_root=str(root), max_request_pixels=need) as (_, url):
+        assert post(url, body([GEN_B64] * 3, rows))[0] == 200
+    with serving(PSNR, data_root=str(root), max_request_pixels=need - 1) as (_, url):
+        status, reply, _ = post(url, body([GEN_B64] * 3, rows))
+        assert status == 413 and reply["error"] == ("metadata[2]['ground_truth']: the image has 16x16 pixels, more "
+                                                    "than what is left of the request's budget")
+    with serving(PSNR, data_root=str(root), max_pixels=32 * 32) as (_, url):
+        status, reply, _ = post(url, body([GEN_B64] * 3, rows))
+        assert status == 413 and reply["error"].startswith("metadata[1]['ground_truth']: the image has 64x64 pixels")
+        assert "limit per image" in reply["error"]
+
+
+def test_policy_only_applies_inside_its_block(tree, monkeypatch):
+    tmp_path, root = tree
+    monkeypatch.chdir(tmp_path)
+    x = torch.from_numpy(GEN).permute(2, 0, 1)[None].float() / 255
+    seen = []
+
+    def policy(path, index, key):
+        seen.append((path, index, key))
+        return str(root / "gt.png")
+
+    with ground_truth_path_policy(policy):  # the raw string goes to the policy: no root, no ~ expansion
+        assert load_reward("psnr", root="/elsewhere")(x, ["p"], [{"ground_truth": "~/x.png"}])[0][0] == 100.0
+    assert seen == [("~/x.png", 0, "ground_truth")]
+    assert load_reward("psnr", root=str(root))(x, ["p"], [{"ground_truth": "sub/gt.png"}])[0][0] == 100.0
+    assert PSNR(x, ["p"], [{"ground_truth": "root/gt.png"}])[0][0] == 100.0  # relative to the cwd, as before
+
+    def unreadable(path, index, key):
+        return str(root / "notes.txt")
+
+    with ground_truth_path_policy(unreadable), pytest.raises(ValueError) as err:
+        PSNR(x, ["p"], [{"ground_truth": "x.png"}])
+    assert "cannot be read as an image" in str(err.value) and str(root) not in str(err.value)
+
+
+# ------------------------------------------------------------------------------------ arrays in metadata
+def test_nested_metadata_arrays_still_work():
+    x = torch.from_numpy(np.stack([GEN, 255 - GEN, GEN])).permute(0, 3, 1, 2).float() / 255
+    meta = [{"ground_truth": torch.from_numpy(GEN).permute(2, 0, 1).contiguous()},  # uint8 -> JSON ints
+            {"ground_truth": x[0].numpy() * 0.5},  # float array -> JSON floats
+            {"ground_truth": None}]
+    local, _ = PSNR(x, ["p"] * 3, meta)
+    with serving(PSNR, max_batch=2) as (_, url):
+        remote, info = load_reward("remote", url=url)(x, ["p"] * 3, meta)
+    np.testing.assert_allclose(remote, local, rtol=1e-5)
+    assert remote[0] == 100.0 and np.isnan(remote[2]) and info["missing"] == [0, 1]
+    # metadata numbers count against the request's budget: 3 numbers = 1 pixel
+    with serving(PSNR, max_request_pixels=16 * 16 + 16 * 16 - 1) as (_, url):
+        status, reply, _ = post(url, body([GEN_B64], [{"ground_truth": GEN.transpose(2, 0, 1).tolist()}]))
+        assert status == 413 and "numbers in metadata arrays" in reply["error"]
+    with pytest.raises(ValueError, match="rectangular"):
+        PSNR(x[:1], ["p"], [{"ground_truth": [[[0.5]], [[0.5, 0.5]], [[0.5]]]}])
+    with pytest.raises(ValueError, match="0..255"):
+        PSNR(x[:1], ["p"], [{"ground_truth": [[[300] * 16] * 16] * 3}])
+
+
+# ------------------------------------------------------------------------------------ pixel budgets
+def test_pixel_budget_is_checked_from_headers_before_decoding(monkeypatch):
+    opened = []
+    real_open = Image.open
+    monkeypatch.setattr(Image, "open", lambda *a, **k: opened.append(1) or real_open(*a, **k))
+    calls = []
+    with serving(lambda i, p, m: (calls.append(1) or [0.0] * len(p), {}), max_request_pixels=2**22) as (srv, url):
+        huge = header_only_png(100_000, 100_000)  # 10^10 pixels claimed, a few dozen bytes sent
+        assert len(huge) < 200
+        t0 = time.perf_counter()
+        status, reply, _ = post(url, body([huge], [{}]))
+        assert status == 413 and "images[0] has 100000x100000 pixels" in reply["error"]
+        # each image within the per-image limit, the request over its budget
+        status, reply, _ = post(url, body([header_only_png(1024, 1024)] * 5, [{}] * 5))
+        assert status == 413 and "needs 5242880 decoded pixels" in reply["error"] and "4194304" in reply["error"]
+        assert time.perf_counter() - t0 < 1.0
+        assert opened == [] and calls == [] and srv.budget.used == 0  # nothing was decoded
+        status, reply, _ = post(url, body([GEN_B64], [{}]))
+        assert status == 200 and opened == [1] and srv.budget.used == 0
+
+
+def test_server_budget_503_with_retry_after_then_client_retries():
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(images, prompts, metadata):
+        if metadata[0].get("slow"):
+            entered.set()
+            release.wait(5)
+        return [1.0] * len(prompts), {}
+
+    one = 16 * 16  # pixels of one GEN request (a scalar in metadata does not count)
+    with serving(slow, max_request_pixels=one, max_server_pixels=one, budget_wait=0.1) as (srv, url):
+        held = threading.Thread(target=post, args=(url, body([GEN_B64], [{"slow": 1}])))
+        held.start()
+        assert entered.wait(5)
+        status, reply, headers = post(url, body([GEN_B64], [{}]))
+        assert status == 503 and headers["Retry-After"] == "1" and "server busy" in reply["error"]
+        # free the budget once the client below has had its own 503
+        threading.Thread(target=lambda: (wait_until(lambda: srv.stats["busy"] >= 2), release.set())).start()
+        t0 = time.perf_counter()
+        scores, _ = load_reward("remote", url=url, retries=3, backoff=0.01)(torch.rand(1, 3, 16, 16), ["p"], [{}])
+        assert scores.tolist() == [1.0] and 0.9 < time.perf_counter() - t0 < 5  # slept Retry-After, not 0.01 s
+        held.join(5)
+        assert srv.stats["busy"] >= 2 and srv.budget.used == 0
+
+
+# ------------------------------------------------------------------------------------ JSON shape
+def test_nested_and_oversized_json_is_400():
+    with serving(PSNR, max_body=2**20) as (srv, url):
+        t0 = time.perf_counter()
+        status, reply, _ = post(url, b"[" * 2000)
+        assert status == 400 and "nested too deeply" in reply["error"] and time.perf_counter() - t0 < 1
+        deep = {"images": [GEN_B64], "prompts": ["p"], "metadata": [{"x": json.loads("[" * 40 + "]" * 40)}]}
+        status, reply, _ = post(url, json.dumps(deep))
+        assert status == 400 and "nested too deeply" in reply["error"]
+        status, reply, _ = post(url, b'{"images": [' + b"[]," * 300_000 + b"[]]}")
+        assert status == 400 and "arrays/objects" in reply["error"]
+        status, reply, _ = post(url, b"[" * (2**20 + 1))
+        assert status == 413
+        n = srv.stats["requests"]
+        deep_meta = 0
+        for _ in range(40):
+            deep_meta = [deep_meta]
+        with pytest.raises(ValueError, match="HTTP 400.*nested too deeply"):
+            load_reward("remote", url=url, retries=3)(torch.rand(1, 3, 8, 8), ["p"], [{"x": deep_meta}])
+        assert srv.stats["requests"] == n + 1  # not retried
+
+
+# ------------------------------------------------------------------------------------ connections
+def wait_until(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def _connect(url, data=b""):
+    s = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    if data:
+        s.sendall(data)
+    return s
+
+
+def test_idle_connections_do_not_grow_threads():
+    kwargs = dict(max_connections=4, header_timeout=1.0, body_timeout=1.0)  # at most 8 x 4 connections pending
+    with serving(lambda i, p, m: ([1.0] * len(p), {}), **kwargs) as (srv, url):
+        baseline = threading.active_count()  # the serving thread and the 4 workers
+        idle = [_connect(url) for _ in range(200)]  # open, send nothing
+        partial = [_connect(url, b"POST /score HTTP/1.1\r\nHost: x\r\n") for _ in range(20)]  # headers never end
+        slow = [_connect(url, b"POST /score HTTP/1.1\r\nContent-Length: 100\r\n\r\n{") for _ in range(3)]  # body
+        wait_until(lambda: srv.stats["requests"] == 3)  # the slow ones hold 3 workers
+        assert threading.active_count() <= baseline
+        status, reply, _ = post(url, body([GEN_B64], [{}]))  # the fourth worker serves a normal request
+        assert status == 200
+        # ... while the others are still open: the oldest idle ones were evicted to keep 32 pending (a few
+        # more if later arrivals found the set full), none has timed out yet
+        assert 200 + 20 - 32 <= srv.stats["dropped"] <= 200 + 20 - 32 + 4 and srv.stats["errors"] == 0
+        for s in slow:  # past the body timeout: 408
+            s.settimeout(5)
+            assert b" 408 " in s.recv(4096).split(b"\r\n", 1)[0]
+        for s in idle[-5:] + partial[-5:]:  # past the header timeout: dropped by the server
+            s.settimeout(5)
+            with contextlib.suppress(ConnectionResetError):
+                assert s.recv(1) == b""
+        assert srv.stats["dropped"] == 200 + 20 and threading.active_count() <= baseline
+        assert post(url, body([GEN_B64], [{}]))[0] == 200
+        for s in idle + partial + slow:
+            s.close()
+
+
+def test_queue_full_is_503_with_retry_after():
+    with serving(lambda i, p, m: ([1.0] * len(p), {}), max_connections=1, body_timeout=1.0) as (srv, url):
+        stalled = b"POST /score HTTP/1.1\r\nContent-Length: 10\r\n\r\n"
+        busy = [_connect(url, stalled)]  # taken by the only worker, which waits for its body
+        wait_until(lambda: srv.stats["requests"] == 1)
+        busy.append(_connect(url, stalled))  # queued
+        wait_until(lambda: srv._work.qsize() == 1)
+        refused = _connect(url, stalled)
+        refused.settimeout(2)
+        reply = refused.recv(4096)
+        assert reply.startswith(b"HTTP/1.0 503") and b"Retry-After: 1" in reply and b"server busy" in reply
+        assert srv.stats["busy"] == 1
+        for s in busy + [refused]:
+            s.close()
+
+
+# ------------------------------------------------------------------------------------ messages
+def test_reward_errors_are_redacted(tree):
+    _, root = tree
+
+    def leaky(images, prompts, metadata):
+        raise OSError(f"cannot open {root}/weights.bin nor '/etc/shadow' (cwd {os.getcwd()})")
+
+    with serving(leaky, name="leaky", data_root=str(root)) as (_, url):
+        status, reply, _ = post(url, body([GEN_B64], [{}]))
+    assert status == 500 and reply["error"].startswith("reward 'leaky' raised OSError: cannot open <path>")
+    assert_no_server_path(reply["error"], root, os.getcwd())
+    assert "/etc/shadow" not in reply["error"]
+    assert serve.redact("see http://host:1/score and a/b, 3/4") == "see http://host:1/score and a/b, 3/4"
+    assert serve.public_name("/home/op/rewards/mine.py:score") == "mine.py:score"
+    assert serve.public_name("psnr") == "psnr" and serve.public_name("dir/r.py") == "r.py"
+
+
+def test_health_reports_limits_without_paths(tree):
+    _, root = tree
+    with serving(PSNR, name="psnr", data_root=str(root)) as (_, url):
+        conn = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=5)
+        conn.request("GET", "/health")
+        health = json.loads(conn.getresponse().read())
+        conn.close()
+    assert health["paths"] is True and health["max_request_pixels"] == serve.DEFAULT_MAX_REQUEST_PIXELS
+    assert str(root) not in json.dumps(health)
