@@ -49,9 +49,12 @@ def load_config(argv: list[str], default: str):
     from absl import flags
     from ml_collections import config_flags
 
-    spec = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
-    if spec is None and "--config" in argv[:-1]:
-        spec = argv[argv.index("--config") + 1]
+    spec = None  # the last --config wins, as with absl flags
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            spec = arg.split("=", 1)[1]
+        elif arg == "--config" and i + 1 < len(argv):
+            spec = argv[i + 1]
     spec = spec or default
     path = spec.split(":", 1)[0]
     if not os.path.isfile(path):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 LIKELY_CAUSES = (
-    "the likely cause is a learning rate too large for this gradient scale (train.learning_rate; with SGD the "
+    "The likely cause is a learning rate too large for this gradient scale (train.learning_rate; with SGD the "
     "step norm is learning_rate × train/grad_norm) or a reward on an extreme scale (reward.fns weights)"
 )
 

@@ -75,6 +75,8 @@ class Trainer:
 
         self.config = config
         world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.totals = validate(config, world)
+        check_inputs(config)  # before any model is loaded and before the run directory exists
         # torchrun / accelerate on a machine without GPUs: distributed CPU processes (gloo backend)
         cpu = world > 1 and not torch.cuda.is_available()
         self.acc = accelerator or Accelerator(mixed_precision=config.mixed_precision, cpu=cpu)
@@ -83,8 +85,6 @@ class Trainer:
                 f"launched as {world} processes (WORLD_SIZE) but accelerate set up {self.acc.num_processes}; "
                 "on CPU-only machines launch with ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ..."
             )
-        self.totals = validate(config, self.acc.num_processes)
-        check_inputs(config)  # before any model is loaded and before the run directory exists
         self.main = self.acc.is_main_process
         self.rank = self.acc.process_index
         if config.allow_tf32 and torch.cuda.is_available():
@@ -92,6 +92,9 @@ class Trainer:
         self.guard = FiniteGuard(config.train.max_consecutive_skips)
         self.degenerate = DegenerateEpochs(config.train.max_degenerate_epochs)
         self._build_rewards()  # before the seed: a reward model's initialisation draws nothing the run uses
+        self._setup_prompts()
+        if not config.pretrained.model:
+            self._tiny_builder()  # a ConfigError for an unknown pretrained.tiny, before the run directory exists
         torch.manual_seed(config.seed)
 
         self._setup_run_dir()
@@ -130,19 +133,23 @@ class Trainer:
         if self.main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
 
+    def _tiny_builder(self):
+        from ddpo_grpo import tiny
+
+        builders = tiny.BUILDERS  # "sd3" | "sd" | "denoiser"
+        if self.config.pretrained.tiny not in builders:
+            raise ConfigError(f"pretrained.tiny={self.config.pretrained.tiny!r} must be one of {sorted(builders)} "
+                              "(used when pretrained.model is empty)")
+        return builders[self.config.pretrained.tiny]
+
     def _model_path(self) -> str:
         cfg = self.config
         if cfg.pretrained.model:
             return cfg.pretrained.model
-        from ddpo_grpo import tiny
-
-        builders = {"sd3": tiny.build_tiny_sd3, "sd": tiny.build_tiny_sd}
-        if cfg.pretrained.tiny not in builders:
-            raise ValueError(f"pretrained.tiny={cfg.pretrained.tiny!r} must be one of {sorted(builders)}")
         path = (Path(cfg.logdir) / "_tiny" / cfg.pretrained.tiny).resolve()
         if self.main and not (path / "model_index.json").is_file():
             with torch.random.fork_rng(devices=[]):  # its own RNG: building it leaves the run's random state alone
-                builders[cfg.pretrained.tiny](path)
+                self._tiny_builder()(path)
         self.acc.wait_for_everyone()
         return str(path)
 
@@ -152,7 +159,7 @@ class Trainer:
         pipeline = load_pipeline(self.model_path)
         self.policy = build_policy(
             pipeline, resolution=cfg.sample.resolution, max_sequence_length=cfg.sample.max_sequence_length,
-            sde_type=cfg.sample.sde_type,
+            sde_type=cfg.sample.sde_type, kernel=cfg.sample.get("kernel", ""),
         )
         weight_dtype = WEIGHT_DTYPES[cfg.mixed_precision]
         pipeline.to(self.acc.device)
@@ -207,10 +214,16 @@ class Trainer:
         except (ValueError, TypeError, RuntimeError, OSError) as exc:
             raise RewardError(f"building the rewards failed: {exc}") from exc
 
-    def _setup_data_and_rewards(self):
+    def _setup_prompts(self):
         cfg = self.config
         self.rows = load_prompts(cfg.prompts.source)
-        self.prompt_sampler = PromptSampler(self.rows, seed=cfg.seed, stratify_by=cfg.prompts.stratify_by)
+        try:
+            self.prompt_sampler = PromptSampler(self.rows, seed=cfg.seed, stratify_by=cfg.prompts.stratify_by)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+
+    def _setup_data_and_rewards(self):
+        cfg = self.config
         t = cfg.train
         self.tracker = RewardAdvantages(
             self.reward.weights, cfg.reward.aggregation, mode=t.adv_mode, buffer_size=t.adv_buffer_size,

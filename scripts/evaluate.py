@@ -42,7 +42,7 @@ import os
 import sys
 from pathlib import Path
 
-from ddpo_grpo.cli import UsageError, load_model, load_rows, native_resolution
+from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows, native_resolution
 from ddpo_grpo.report import eval_table
 
 #: samples in grid.png, at most
@@ -114,6 +114,11 @@ def _check_args(args) -> None:
         raise UsageError(f"--limit must be >= 1, got {args.limit}")
     if args.resolution is not None and args.resolution < 1:
         raise UsageError(f"--resolution must be a positive number of pixels, got {args.resolution}")
+    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out!r} is a file; give a directory (created if missing)")
+    problem = check_model_source(args.model)
+    if problem:
+        raise UsageError(f"--model {problem}")
 
 
 def _json_safe(value):
@@ -177,6 +182,9 @@ def run(args) -> dict:
     save_grid(policy.preview(samples), captions, str(out / "grid.png"), nrow=nrow)
     print(eval_table(None, metrics, args.group_by))
     print(f"wrote {out / 'eval.json'} and {out / 'grid.png'}", flush=True)
+    if metrics["eval/num_samples"] and metrics["eval/not_applicable"] == metrics["eval/num_samples"]:
+        raise UsageError(f"--reward {args.reward!r} scored none of the {metrics['eval/num_samples']} samples (every score "
+                         f"NaN: not applicable): give --prompts it applies to, or another --reward")
     return result
 
 

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from ddpo_grpo.cli import UsageError, load_model, load_rows, native_resolution
+from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows, native_resolution
 from ddpo_grpo.evaluation import image_seed  # (shared with scripts/evaluate.py)
 from ddpo_grpo.seeding import derive_seed
 
@@ -69,6 +70,11 @@ def _check_args(args) -> None:
         raise UsageError(f"--noise_level must be >= 0, got {args.noise_level}")
     if args.resolution is not None and args.resolution < 1:
         raise UsageError(f"--resolution must be a positive number of pixels, got {args.resolution}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out!r} is a file; give a directory (created if missing)")
+    problem = check_model_source(args.model)
+    if problem:
+        raise UsageError(f"--model {problem}")
 
 
 def _save_png(image, path: Path) -> None:
