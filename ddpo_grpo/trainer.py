@@ -136,7 +136,7 @@ class Trainer:
     def _tiny_builder(self):
         from ddpo_grpo import tiny
 
-        builders = tiny.BUILDERS  # "sd3" | "sd" | "denoiser"
+        builders = getattr(tiny, "BUILDERS", {"sd3": tiny.build_tiny_sd3, "sd": tiny.build_tiny_sd})
         if self.config.pretrained.tiny not in builders:
             raise ConfigError(f"pretrained.tiny={self.config.pretrained.tiny!r} must be one of {sorted(builders)} "
                               "(used when pretrained.model is empty)")
