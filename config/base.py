@@ -33,10 +33,12 @@ def get_config():
     # ---- pretrained model ---------------------------------------------------------------------
     config.pretrained = pretrained = ml_collections.ConfigDict()
     # A diffusers pipeline directory or hub id. The policy adapter is chosen from its model_index.json
-    # (StableDiffusionPipeline → DDIM policy, StableDiffusion3Pipeline → flow-matching SDE policy).
+    # (StableDiffusionPipeline → DDIM policy, StableDiffusion3Pipeline → flow-matching SDE policy,
+    # DenoiserPipeline → generic denoiser policy: ddpo_grpo/pipelines.py, ddpo_grpo/policies/denoiser.py),
+    # or a factory file "path/to/my_model.py:build" whose build() returns a pipeline (ddpo_grpo/policies).
     # "" = build the tiny random pipeline of `ddpo_grpo.tiny` (pretrained.tiny) under <logdir>/_tiny/.
     pretrained.model = ""
-    pretrained.tiny = "sd3"  # which tiny pipeline to build when model is "": "sd3" | "sd"
+    pretrained.tiny = "sd3"  # which tiny pipeline to build when model is "": "sd3" | "sd" | "denoiser"
 
     # ---- sampling (rollouts) ------------------------------------------------------------------
     config.sample = sample = ml_collections.ConfigDict()
@@ -52,8 +54,14 @@ def get_config():
     sample.share_group_noise = False
     sample.sde_type = "flow_grpo"  # flow models' kernel: "flow_grpo" | "dance" | "cps" (see ddpo_grpo/sde.py)
     sample.noise_level = 0.7  # flow kernels' stochasticity a (flow_grpo: g = a·sqrt(σ/(1−σ)); cps: η ∈ [0,1])
-    sample.eta = 1.0  # DDIM's η ∈ [0, 1] for SD-family models (0 = deterministic DDIM)
+    sample.eta = 1.0  # DDIM's η ∈ [0, 1] for SD-family models (0 = deterministic DDIM); DDPM / DDIM η of denoisers
+    # Transition kernel of generic denoiser pipelines (DenoiserPipeline, e.g. motion models): "ddpm" (ancestral,
+    # std × sample.eta; η = 1 is MDM's sampler, η = 0 the posterior-mean chain) | "ddim" (η = 0: deterministic DDIM)
+    # | "" = the pipeline scheduler's kind (DDPMScheduler → ddpm, DDIMScheduler → ddim). Must be "" for SD / SD3.
+    sample.kernel = ""
     sample.resolution = 512  # image side in pixels (multiple of the VAE downsampling factor)
+    # (generic denoisers ignore sample.resolution and sample.max_sequence_length: their sample shape is the
+    # pipeline's sample_shape, their text length the tokenizer's)
     sample.max_sequence_length = 256  # text tokens for SD3's T5 slot (zeros when the pipeline has no T5)
     # Flow-GRPO-Fast: only a window of sde_window_size consecutive steps is stochastic and trained,
     # the rest are ODE steps. 0 = off (every step stochastic). The window start is drawn per batch,

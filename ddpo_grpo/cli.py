@@ -146,33 +146,21 @@ def check_model_source(model: str) -> str | None:
 
 
 def load_model(model: str):
-    from ddpo_grpo.policies import FINAL_MANIFEST, load_pipeline
+    """The pipeline `model` names (a pipeline directory, a run's output, a factory file or a hub id), or a
+    UsageError naming --model."""
+    from ddpo_grpo.policies import load_pipeline
 
-    path = Path(os.path.expanduser(model))
-    if path.exists():
-        if not path.is_dir():
-            raise UsageError(f"--model {model!r} is a file; expected a pipeline directory, a hub id or a run's output")
-        if not ((path / "model_index.json").is_file() or (path / FINAL_MANIFEST).is_file()
-                or (path / "final" / FINAL_MANIFEST).is_file()):
-            raise UsageError(
-                f"--model {model!r} is neither a diffusers pipeline directory (no model_index.json) nor a run's "
-                f"output (no {FINAL_MANIFEST} in it or in its final/); a training run writes final/ only when it ends"
-            )
-        model = str(path)
-    elif _looks_like_path(model):
-        raise UsageError(f"--model {model!r}: no such directory")
+    problem = check_model_source(model)
+    if problem:
+        raise UsageError(f"--model {problem}")
     try:
         return load_pipeline(model)
     except (OSError, ValueError) as exc:
-        hint = "" if path.exists() else " (no such local directory, and not loadable as a hub id)"
-        raise UsageError(f"--model {model!r} could not be loaded{hint}: {exc}") from exc
+        raise UsageError(f"--model {model!r} could not be loaded: {exc}") from exc
 
 
 def native_resolution(pipeline) -> int:
-    """The pipeline's native image side: denoiser sample_size × VAE downsampling factor."""
+    """The pipeline's native `sample.resolution` (image families: denoiser sample_size × VAE factor)."""
     from ddpo_grpo.policies import policy_class
 
-    denoiser = getattr(pipeline, policy_class(pipeline).denoiser_attr)
-    size = denoiser.config.sample_size
-    size = size[0] if isinstance(size, (list, tuple)) else size
-    return int(size) * 2 ** (len(pipeline.vae.config.block_out_channels) - 1)
+    return policy_class(pipeline).native_resolution(pipeline)

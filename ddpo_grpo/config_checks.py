@@ -60,6 +60,7 @@ def validate(config, num_processes: int = 1) -> dict:
     if isinstance(s.group_size, int) and s.group_size < 2:
         p.append(f"sample.group_size={s.group_size} must be ≥ 2: group-relative advantages need ≥ 2 images per prompt")
     _choice(p, "sample.sde_type", s.sde_type, SDE_TYPES)
+    _choice(p, "sample.kernel", s.get("kernel", ""), ("", "ddpm", "ddim"))  # generic denoisers (policies/denoiser.py)
     _choice(p, "train.adv_mode", t.adv_mode, tuple(ADVANTAGE_MODES))
     _choice(p, "train.kl_estimator", t.kl_estimator, tuple(KL_ESTIMATORS))
     _choice(p, "train.loss_aggregation", t.loss_aggregation, tuple(AGGREGATIONS))

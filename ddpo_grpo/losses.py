@@ -1,15 +1,20 @@
 """Pure tensor loss functions, organised as small registries.
 
-* :data:`POLICY_LOSSES`  -- policy-gradient surrogates (PPO clipped objective).
+* :data:`POLICY_LOSSES`  -- policy-gradient surrogates on stored transitions (PPO clipped objective).
+* :data:`FORWARD_OBJECTIVES` -- objectives on the forward (noising) process of the rollout's final
+  samples: advantage-weighted matching, DiffusionNFT, reward-weighted regression.
 * :data:`KL_ESTIMATORS`  -- per-sample estimators of ``KL(pi_theta || pi_ref)``.
 * :data:`AGGREGATIONS`   -- reductions of a per-transition loss matrix to a scalar,
   with :data:`AGGREGATION_WEIGHTS` giving the equivalent per-step weight.
 
-Convention: log-probabilities in this library are *averaged* over the latent
-dimensions of one denoising transition (not summed), so every KL estimate here
-is a per-dimension KL, and ratios are ``exp`` of per-dimension log-ratios.
-Lookup helpers :func:`policy_loss`, :func:`kl_estimator`, :func:`aggregation`
-raise ``ValueError`` listing the valid keys.
+Convention: log-probabilities in this library are *averaged* over the d latent dimensions of one
+denoising transition (not summed), so the KL estimates here are per-dimension KLs and ratios are
+``exp`` of per-dimension log-ratios. The trust region is stated *per sample* (the summed log-ratio
+``d·δ``, whose meaning does not depend on the resolution): ``clip_range`` ε bounds the per-sample
+ratio to ``[1 − ε, 1 + ε]`` to first order, implemented as the per-dimension bound ``1 ± ε/d``, and
+``approx_kl`` is reported per sample, ``½ (d·δ)²``. Lookup helpers :func:`policy_loss`,
+:func:`forward_objective`, :func:`kl_estimator`, :func:`aggregation` raise ``ValueError`` listing the
+valid keys.
 """
 from __future__ import annotations
 
@@ -26,7 +31,13 @@ __all__ = [
     "aggregate_sum_norm",
     "aggregation",
     "aggregation_weight",
+    "FORWARD_OBJECTIVES",
+    "awm_surrogate",
     "clipped_surrogate",
+    "flow_grpo_kl",
+    "forward_objective",
+    "nft_loss",
+    "rwr_loss",
     "gaussian_kl",
     "k1",
     "k2",
@@ -56,14 +67,19 @@ def clipped_surrogate(
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     clip_range: float,
+    dims: int = 1,
 ) -> tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7), negated for minimisation.
 
-    With ``rho = exp(log_prob - old_log_prob)`` and clip range ``eps``:
+    With the per-dimension ratio ``rho = exp(log_prob - old_log_prob)`` (log-probs averaged over the
+    ``dims`` latent dimensions) and the per-sample clip range ``eps``:
 
         L_unclip = -A * rho
-        L_clip   = -A * clip(rho, 1 - eps, 1 + eps)
+        L_clip   = -A * clip(rho, 1 - eps/dims, 1 + eps/dims)
         L        = max(L_unclip, L_clip)        (= -min of the PPO objectives)
+
+    The per-sample ratio is ``rho**dims``; ``rho in 1 ± eps/dims`` is ``rho**dims in 1 ± eps`` to first
+    order, so ``eps`` bounds the per-sample ratio at any resolution (``dims = 1``: the classic form).
 
     Taking the max of the *losses* is the pessimistic bound: clipping only ever
     removes incentive. For ``A > 0`` the loss stops improving once
@@ -82,30 +98,131 @@ def clipped_surrogate(
         ``ratio`` = ``rho``; ``clipped`` = 1.0 where ``L_clip > L_unclip``
         strictly, i.e. the clipped branch is the one selected *and* differs
         from the unclipped objective -- exactly the samples whose gradient is
-        zero; ``approx_kl`` = ``0.5 * (log_prob - old_log_prob)^2`` (the k2
-        estimator against the sampling policy).
+        zero; ``approx_kl`` = ``0.5 * (dims * (log_prob - old_log_prob))^2`` (the k2
+        estimator of the per-sample KL against the sampling policy).
 
     Note: ``rho`` is not clamped; a huge log-ratio overflows to ``inf``.
     """
     if not clip_range > 0:
-        raise ValueError(f"clip_range={clip_range!r} must be > 0 (typical values 1e-4 .. 0.2)")
+        raise ValueError(f"clip_range={clip_range!r} must be > 0 (the per-sample ratio bound, e.g. 0.2 as in PPO)")
     _check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages)
     log_ratio = log_prob - old_log_prob  # [B]
     ratio = torch.exp(log_ratio)  # [B]
+    eps = clip_range / dims
     loss_unclipped = -advantages * ratio  # [B]
-    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)  # [B]
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - eps, 1.0 + eps)  # [B]
     loss = torch.maximum(loss_unclipped, loss_clipped)  # [B]
     info = {
         "ratio": ratio.detach(),  # [B]
         "clipped": (loss_clipped > loss_unclipped).detach().to(log_prob.dtype),  # [B]
-        "approx_kl": 0.5 * log_ratio.detach() ** 2,  # [B]
+        "approx_kl": 0.5 * (dims * log_ratio.detach()) ** 2,  # [B]
     }
     return loss, info
 
 
-#: Policy losses: name -> fn(log_prob, old_log_prob, advantages, clip_range) -> (loss [B], info).
+#: Policy losses: name -> fn(log_prob, old_log_prob, advantages, clip_range, dims) -> (loss [B], info).
 POLICY_LOSSES: Dict[str, Callable] = {
     "clipped": clipped_surrogate,
+}
+
+
+# =========================================================================== #
+# Forward-process objectives                                                  #
+# =========================================================================== #
+# Each trains on the rollout's FINAL samples x0 (never on its transitions), noised again:
+#     x_u = forward(x0, u, eps),  eps ~ N(0, I),  u in (0, 1) a noise level
+# (flow matching: x_u = (1 − σ) x0 + σ eps with σ = σ(u); DDPM: sqrt(ᾱ) x0 + sqrt(1 − ᾱ) eps), and compare
+# the model's prediction f = f_θ(x_u, u, c) (conditional branch: CFG-free training) with the target y*
+# of the family's pretraining loss (flow: the velocity eps − x0; DDPM: eps or v). `scale` s(u) converts a
+# prediction error into an x0 error: x̂0 − x0 = s·(f − y*) (flow: s = σ). `old` is the sampling policy's
+# prediction at the same (x_u, u) (the weights the rollout was drawn with). Nothing here needs a
+# log-density of a transition, so these objectives allow deterministic (ODE / DDIM η = 0) rollouts,
+# any number of sampling steps and any sampler.
+# Signature: fn(pred, target, advantages, *, old_pred, scale, dims, clip_range, options) -> (loss [B], info).
+
+
+def _sq_err(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-sample mean squared error over the non-batch dims, in float32. ``[B]``."""
+    err = (pred.float() - target.float()) ** 2  # [B, ...]
+    return err.reshape(err.shape[0], -1).mean(dim=1)  # [B]
+
+
+def awm_surrogate(pred, target, advantages, *, old_pred, scale=None, dims=1, clip_range=0.2, options=None):
+    """Advantage-weighted matching (AWM; Xue et al. 2025, "Advantage Weighted Matching").
+
+    1. The pretraining loss on a sample, ℓ_θ = −mean_d (f_θ − y*)², is (up to the time weighting and
+       constants) the ELBO of log p_θ(x0), the quantity DDPO's per-step log-likelihoods sum to.
+    2. The policy gradient E[A ∇ log p_θ(x0)] with the ELBO in place of log p_θ is E[A ∇ℓ_θ]: the
+       score-function estimator over whole samples, with the noise of the forward process instead of
+       the sampler's noise (lower variance: no dependence on the sampled trajectory).
+    3. As in PPO the update reuses samples through the ratio ρ = exp(ℓ_θ − ℓ_old) (ℓ_old: the sampling
+       policy at the same x_u and ε), clipped like :func:`clipped_surrogate` (per-sample ``clip_range``,
+       ``dims`` the latent dimensions): L = max(−A ρ, −A clip(ρ, 1 ± ε/d)). At ρ = 1 its gradient is
+       A ∇ mean (f_θ − y*)²: towards samples of positive advantage, away from the negative ones.
+    """
+    log_prob = -_sq_err(pred, target)  # [B]
+    old_log_prob = -_sq_err(old_pred, target).detach()  # [B]
+    loss, info = clipped_surrogate(log_prob, old_log_prob, advantages, clip_range, dims)
+    info["matching_loss"] = -log_prob.detach()
+    return loss, info
+
+
+def nft_loss(pred, target, advantages, *, old_pred, scale, dims=1, clip_range=None, options=None):
+    """DiffusionNFT (Zheng et al. 2025, "DiffusionNFT: Online Diffusion Reinforcement with Forward Process").
+
+    1. Optimality probability of a sample from its advantage: r = ½ + ½·clip(A / A_max, −1, 1) ∈ [0, 1]
+       (``options["adv_max"]``, the advantage clip).
+    2. Implicit positive and negative policies around the sampling policy v_old, with strength β
+       (``options["beta"]``): v⁺ = (1 − β) v_old + β f_θ and v⁻ = (1 + β) v_old − β f_θ, so that
+       v_old = (v⁺ + v⁻)/2 and the update f_θ − v_old moves v⁺ and v⁻ in opposite directions.
+    3. Each is fitted by the pretraining loss, v⁺ on the samples in proportion r and v⁻ in proportion
+       1 − r: L = (A_max / β)·[r ℓ(v⁺) + (1 − r) ℓ(v⁻)]. At the optimum f_θ − v_old points from what the
+       negative samples' data would need to what the positive ones' would: a policy-improvement
+       direction without any likelihood, any sampler, and no CFG in training.
+    4. ℓ is the x0-space error with the paper's adaptive weight: ℓ(v) = mean (x̂0 − x0)² / sg(mean |x̂0 − x0|),
+       x̂0 − x0 = s·(v − y*) (``scale`` s, [B]), which evens out the noise levels' loss scales.
+    With r = ½ (A = 0) the two terms cancel in the improvement direction and leave the pull towards
+    v_old: samples without advantage regularise, they are never skipped.
+    """
+    opts = options or {}
+    beta, adv_max = float(opts.get("beta", 1.0)), float(opts.get("adv_max", 5.0))
+    r = (0.5 + 0.5 * torch.clamp(advantages.float() / adv_max, -1.0, 1.0)).detach()  # [B]
+    old = old_pred.detach().float()
+    f = pred.float()
+    s = scale.float().reshape(-1, *([1] * (f.ndim - 1)))  # [B, 1, ..., 1]
+
+    def weighted(v):  # [B, ...] -> [B]
+        err = s * (v - target.float())  # x̂0 − x0
+        flat = err.reshape(err.shape[0], -1)
+        weight = flat.abs().mean(dim=1).clamp_min(1e-5).detach()  # [B]
+        return flat.square().mean(dim=1) / weight
+
+    positive = weighted((1.0 - beta) * old + beta * f)  # [B]
+    negative = weighted((1.0 + beta) * old - beta * f)  # [B]
+    loss = adv_max / beta * (r * positive + (1.0 - r) * negative)  # [B]
+    drift = _sq_err(pred, old_pred).detach()  # [B] how far the policy moved from the sampler
+    return loss, {"matching_loss": _sq_err(pred, target).detach(), "drift": drift, "r": r}
+
+
+def rwr_loss(pred, target, advantages, *, old_pred=None, scale=None, dims=1, clip_range=None, options=None):
+    """Reward-weighted regression: the pretraining loss with non-negative per-sample weights.
+
+    w = exp(A / τ) normalised to mean 1 over the epoch (``options["weights"]`` [B], computed by the
+    trainer; τ = ``train.rwr_temperature``): the model fits its own samples in proportion to how good
+    they were, never pushing away from bad ones. τ → 0 approaches best-of-group regression.
+    L = w · mean (f_θ − y*)².
+    """
+    weights = (options or {})["weights"].float()  # [B]
+    matching = _sq_err(pred, target)  # [B]
+    return weights * matching, {"matching_loss": matching.detach()}
+
+
+#: Forward-process objectives: name -> fn(pred, target, advantages, *, old_pred, scale, dims, clip_range,
+#: options) -> (loss [B], info).
+FORWARD_OBJECTIVES: Dict[str, Callable] = {
+    "awm": awm_surrogate,
+    "nft": nft_loss,
+    "rwr": rwr_loss,
 }
 
 
@@ -118,13 +235,13 @@ POLICY_LOSSES: Dict[str, Callable] = {
 # E_{pi_theta}[r] = 1 and KL = E_{pi_theta}[-log r]. (Schulman, "Approximating
 # KL divergence", 2020.) Log-probs are per-dimension averages, so the results
 # are per-dimension KLs.
-def k1(log_prob, ref_log_prob, *, mean=None, ref_mean=None, std=None) -> torch.Tensor:
+def k1(log_prob, ref_log_prob, *, mean=None, ref_mean=None, std=None, step=None) -> torch.Tensor:
     """``k1 = -log r = log_prob - ref_log_prob``: unbiased, high variance, can be negative. ``[B]``."""
     _check_same_shape(log_prob=log_prob, ref_log_prob=ref_log_prob)
     return log_prob - ref_log_prob  # [B]
 
 
-def k2(log_prob, ref_log_prob, *, mean=None, ref_mean=None, std=None) -> torch.Tensor:
+def k2(log_prob, ref_log_prob, *, mean=None, ref_mean=None, std=None, step=None) -> torch.Tensor:
     """``k2 = 0.5 * (log r)^2``: biased but low variance, always >= 0. ``[B]``.
 
     ``E[k2]`` is an f-divergence whose second-order expansion around ``r = 1``
@@ -136,7 +253,7 @@ def k2(log_prob, ref_log_prob, *, mean=None, ref_mean=None, std=None) -> torch.T
     return 0.5 * log_r**2  # [B]
 
 
-def k3(log_prob, ref_log_prob, *, mean=None, ref_mean=None, std=None) -> torch.Tensor:
+def k3(log_prob, ref_log_prob, *, mean=None, ref_mean=None, std=None, step=None) -> torch.Tensor:
     """``k3 = (r - 1) - log r``: unbiased, low variance, always >= 0 (clamped). ``[B]``.
 
     Unbiased because ``E[r - 1] = 0`` under ``pi_theta``; non-negative because
@@ -149,7 +266,7 @@ def k3(log_prob, ref_log_prob, *, mean=None, ref_mean=None, std=None) -> torch.T
     return torch.clamp(torch.expm1(log_r) - log_r, 0.0, K3_MAX)  # [B]
 
 
-def gaussian_kl(log_prob=None, ref_log_prob=None, *, mean=None, ref_mean=None, std=None) -> torch.Tensor:
+def gaussian_kl(log_prob=None, ref_log_prob=None, *, mean=None, ref_mean=None, std=None, step=None) -> torch.Tensor:
     """Closed-form KL between two Gaussians sharing one std, averaged over non-batch dims. ``[B]``.
 
     For ``N(m1, s^2)`` and ``N(m2, s^2)`` per dimension,
@@ -173,12 +290,27 @@ def gaussian_kl(log_prob=None, ref_log_prob=None, *, mean=None, ref_mean=None, s
     return kl.reshape(kl.shape[0], -1).mean(dim=1) if kl.ndim > 1 else kl  # [B]
 
 
+def flow_grpo_kl(log_prob=None, ref_log_prob=None, *, mean=None, ref_mean=None, std=None, step=None) -> torch.Tensor:
+    """Flow-GRPO's KL term: ``gaussian_kl × |Δσ|``, i.e. the squared mean difference over ``2 g²``. ``[B]``.
+
+    The flow SDE's transition std is ``std = g·sqrt(|Δσ|)`` (``sde._flow_grpo_coeffs``), so the true
+    per-dimension KL ``(m1 − m2)² / (2 std²)`` (``gaussian_kl``) is Flow-GRPO's ``(m1 − m2)² / (2 g²)``
+    divided by ``|Δσ|``: ×10 at 10 uniform steps, ×4–28 on SD3.5's shift-3 schedule. With this
+    estimator ``train.beta`` means what Flow-GRPO's β means (flow kernels only: ``step`` = σ − σ_next [B]).
+    """
+    if step is None:
+        raise ValueError("the 'flow_grpo' KL estimator needs the step size σ − σ_next (flow-matching policies only)")
+    kl = gaussian_kl(mean=mean, ref_mean=ref_mean, std=std)  # [B]
+    return kl * step.abs().to(kl.dtype).reshape(-1)  # [B]
+
+
 #: KL estimators: name -> fn(log_prob, ref_log_prob, *, mean, ref_mean, std) -> [B].
 KL_ESTIMATORS: Dict[str, Callable] = {
     "k1": k1,
     "k2": k2,
     "k3": k3,
     "gaussian": gaussian_kl,
+    "flow_grpo": flow_grpo_kl,
 }
 
 
@@ -301,6 +433,11 @@ def _lookup(registry: Mapping[str, Callable], kind: str, key: str) -> Callable:
 def policy_loss(name: str) -> Callable:
     """Look up :data:`POLICY_LOSSES` by name."""
     return _lookup(POLICY_LOSSES, "policy loss", name)
+
+
+def forward_objective(name: str) -> Callable:
+    """Look up :data:`FORWARD_OBJECTIVES` by name."""
+    return _lookup(FORWARD_OBJECTIVES, "forward-process objective", name)
 
 
 def kl_estimator(name: str) -> Callable:

@@ -7,18 +7,26 @@ vocabulary with no merges, so `CLIPTokenizer` needs no files from a hub.
     build_tiny_sd(path)   -> StableDiffusionPipeline  (UNet2DConditionModel + DDIMScheduler)
     build_tiny_sd3(path)  -> StableDiffusion3Pipeline (SD3Transformer2DModel + FlowMatchEulerDiscreteScheduler,
                              two CLIP text encoders, no T5)
+    build_tiny_denoiser(path) -> ddpo_grpo.pipelines.DenoiserPipeline (`TinyDenoiser`, an MLP over
+                             [B, frames, features] predicting x₀ as MDM does, cosine-β DDPMScheduler, one
+                             projected CLIP text encoder, a SampleNormalizer, heatmap previews)
 
-Sizes: latents are 4×(res/4)×(res/4) (a two-level VAE), so a 32-pixel image is an 8×8 latent.
+Sizes: latents are 4×(res/4)×(res/4) (a two-level VAE), so a 32-pixel image is an 8×8 latent; the tiny
+denoiser's samples are 16 frames × 8 features (`sample.resolution` does not apply to it).
+`BUILDERS` maps the names of `pretrained.tiny` to these builders.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import string
 import tempfile
 from pathlib import Path
 
 import torch
+from diffusers import ModelMixin
+from diffusers.configuration_utils import ConfigMixin, register_to_config
 
 TOKENIZER_MAX_LENGTH = 64  # characters + 2 specials; prompts longer than this are truncated
 TEXT_HIDDEN = 32  # CLIP hidden size of each tiny text encoder
@@ -143,3 +151,68 @@ def build_tiny_sd3(path: str | Path, seed: int = 0, shift: float = 3.0):
     )
     pipe.save_pretrained(path)
     return pipe
+
+
+class TinyDenoiser(ModelMixin, ConfigMixin):
+    """A per-frame MLP over ``[B, frames, features]`` conditioned on the timestep and a pooled text embedding.
+
+    ``forward(sample [B, F, D], timestep [B], text_embeds [B, P] | None) -> [B, F, D]``; frames interact only
+    through their mean (a stand-in for attention). Made of nn.Linear layers, so the default LoRA targets apply.
+    """
+
+    @register_to_config
+    def __init__(self, feature_dim: int = 8, hidden_dim: int = 32, text_dim: int = TEXT_HIDDEN):
+        super().__init__()
+        self.proj_in = torch.nn.Linear(feature_dim, hidden_dim)
+        self.time_proj = torch.nn.Linear(hidden_dim, hidden_dim)
+        self.text_proj = torch.nn.Linear(text_dim, hidden_dim)
+        self.mix = torch.nn.Linear(2 * hidden_dim, hidden_dim)
+        self.proj_out = torch.nn.Linear(hidden_dim, feature_dim)
+
+    def _time_embedding(self, timestep: torch.Tensor) -> torch.Tensor:
+        """Sinusoidal embedding [B, H] of integer timesteps [B]."""
+        half = self.config.hidden_dim // 2
+        freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=timestep.device) / half)  # [H/2]
+        angles = timestep.float()[:, None] * freqs[None]  # [B, H/2]
+        return torch.cat([angles.sin(), angles.cos()], dim=1)  # [B, H]
+
+    def forward(self, sample: torch.Tensor, timestep: torch.Tensor, text_embeds: torch.Tensor | None = None):
+        h = self.proj_in(sample)  # [B, F, H]
+        h = h + self.time_proj(self._time_embedding(timestep).to(h.dtype))[:, None]  # [B, F, H]
+        if text_embeds is not None:
+            h = h + self.text_proj(text_embeds.to(h.dtype))[:, None]  # [B, F, H]
+        context = h.mean(dim=1, keepdim=True).expand_as(h)  # [B, F, H]
+        h = self.mix(torch.nn.functional.silu(torch.cat([h, context], dim=-1)))  # [B, F, H]
+        return self.proj_out(torch.nn.functional.silu(h))  # [B, F, D]
+
+
+def build_tiny_denoiser(path: str | Path, seed: int = 0, frames: int = 16, feature_dim: int = 8):
+    """Build, save to `path` and return a tiny text-conditioned DenoiserPipeline (MDM-like conventions).
+
+    x₀ prediction, cosine β (squaredcos_cap_v2) over 1000 training steps, "linspace" respacing (IDDPM's),
+    fixed-small variance, zero text embeddings as the unconditional branch; samples ``[frames, feature_dim]``
+    decoded by a SampleNormalizer (mean 0.5·d, std 2 for feature d).
+    """
+    from diffusers import DDPMScheduler
+    from transformers import CLIPTextModelWithProjection
+
+    from ddpo_grpo.pipelines import DenoiserPipeline, SampleNormalizer
+
+    path = Path(path)
+    torch.manual_seed(seed)
+    scheduler = DDPMScheduler(
+        num_train_timesteps=1000, beta_schedule="squaredcos_cap_v2", prediction_type="sample",
+        variance_type="fixed_small", clip_sample=False, timestep_spacing="linspace",
+    )
+    pipe = DenoiserPipeline(
+        denoiser=TinyDenoiser(feature_dim=feature_dim), scheduler=scheduler,
+        text_encoder=CLIPTextModelWithProjection(_text_config()), tokenizer=build_tokenizer(),
+        normalizer=SampleNormalizer.from_stats(0.5 * torch.arange(feature_dim), torch.full((feature_dim,), 2.0)),
+        sample_shape=[frames, feature_dim], text_embedding="pooled", uncond="zeros", preview="heatmap",
+    )
+    pipe.save_pretrained(path)
+    return pipe
+
+
+#: `pretrained.tiny` name -> builder(path)
+BUILDERS = {"sd3": build_tiny_sd3, "sd": build_tiny_sd, "denoiser": build_tiny_denoiser}

@@ -39,7 +39,7 @@ from ddpo_grpo.evaluation import Evaluator, evaluate, every
 from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard
 from ddpo_grpo.logging_utils import MetricsLogger
 from ddpo_grpo.losses import aggregation_weight, kl_estimator, policy_loss
-from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, load_pipeline
+from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, canonical_model, load_pipeline
 from ddpo_grpo.prompts import PromptSampler, load_prompts
 from ddpo_grpo.reference import Reference
 from ddpo_grpo.report import RunReport
@@ -136,7 +136,7 @@ class Trainer:
     def _tiny_builder(self):
         from ddpo_grpo import tiny
 
-        builders = getattr(tiny, "BUILDERS", {"sd3": tiny.build_tiny_sd3, "sd": tiny.build_tiny_sd})
+        builders = tiny.BUILDERS  # "sd3" | "sd" | "denoiser"
         if self.config.pretrained.tiny not in builders:
             raise ConfigError(f"pretrained.tiny={self.config.pretrained.tiny!r} must be one of {sorted(builders)} "
                               "(used when pretrained.model is empty)")
@@ -613,7 +613,7 @@ class Trainer:
             with self._weights_for_eval():
                 if self.config.train.use_lora:
                     self.policy.save_lora(tmp, self.policy.denoiser)
-                    manifest = {"kind": "lora", "base_model": str(Path(self.model_path).resolve()) if Path(self.model_path).exists() else self.model_path}
+                    manifest = {"kind": "lora", "base_model": canonical_model(self.model_path)}
                 else:
                     self.policy.save_pipeline(tmp)
                     manifest = {"kind": "full"}

@@ -48,15 +48,34 @@ def swapped(params: dict[str, torch.nn.Parameter], values: dict[str, torch.Tenso
 
 
 class EMA:
-    """Exponential moving average θ_ema ← d·θ_ema + (1 − d)·θ of the trainable weights."""
+    """Exponential moving average θ_ema ← d·θ_ema + (1 − d)·θ of the trainable weights.
 
-    def __init__(self, params: dict[str, torch.nn.Parameter], decay: float):
+    warmup=False (the RL trainer): a constant d = decay, applied as θ_ema·d + θ·(1 − d) (`mix_`).
+    warmup=True: update(n), called after optimisation step n (0-based: n steps came before it), uses
+    d_n = min(decay, (1 + n)/(10 + n)), so the average forgets the random initialisation quickly
+    (d_0 = 0.1, d_90 = 0.91), applied as θ_ema.lerp_(θ, 1 − d_n) (the ShapesWorld pretraining's arithmetic).
+    """
+
+    def __init__(self, params: dict[str, torch.nn.Parameter], decay: float, warmup: bool = False):
         self.params = params
         self.decay = float(decay)
+        self.warmup = bool(warmup)
         self.shadow = snapshot(params)
 
-    def update(self) -> None:
-        mix_(self.shadow, self.params, self.decay)
+    def decay_at(self, n: int) -> float:
+        """The decay of update n: min(decay, (1 + n)/(10 + n)) with warm-up, else decay."""
+        return min(self.decay, (1 + n) / (10 + n)) if self.warmup else self.decay
+
+    @torch.no_grad()
+    def update(self, n: int | None = None) -> None:
+        if not self.warmup:
+            mix_(self.shadow, self.params, self.decay)
+            return
+        if n is None:
+            raise ValueError("EMA(warmup=True).update(n) needs n, the number of optimisation steps before this one")
+        weight = 1 - self.decay_at(n)
+        for name, value in self.shadow.items():
+            value.lerp_(self.params[name].detach().float(), weight)
 
     def applied(self):
         """Context in which the model holds the EMA weights (for evaluation and export)."""

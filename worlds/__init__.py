@@ -7,4 +7,5 @@ in ``pyproject.toml``: its rewards (group ``ddpo_grpo.rewards``) and prompt sour
 ``prompts.source = "shapes_train"``.
 
 * :mod:`worlds.shapes` — ShapesWorld, a compositional text-to-image world (spec: ``worlds/shapes/README.md``).
+* :mod:`worlds.motion` — MotionWorld, text-to-motion in HumanML3D's format (spec: ``worlds/motion/README.md``).
 """

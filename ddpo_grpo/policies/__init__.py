@@ -1,22 +1,45 @@
 """Policy adapters, chosen from the pipeline's own class (`model_index.json` → `_class_name`).
 
-    load_pipeline(model)        -> diffusers pipeline (local dir, hub id, or a run's output)
+    load_pipeline(model)        -> pipeline (local dir, hub id, a run's output, or a factory file)
     build_policy(model, **kw)   -> Policy adapter around it
+    canonical_model(model)      -> the same model with local paths made absolute (for manifests)
 
-Adding a model family = one adapter module + one line in `ADAPTERS`.
+Adding a model family = one adapter module + one line in `ADAPTERS` (+ one in `PIPELINES` when its
+pipeline class is not one of diffusers').
+
+A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
+``"path/to/my_model.py"``, which calls ``build``) imports the file (`ddpo_grpo.pipelines.import_user_file`)
+and calls ``build()``, which returns a pipeline with an adapter — typically a
+`ddpo_grpo.pipelines.DenoiserPipeline` wrapping the user's denoiser — or a dict of `DenoiserPipeline`
+arguments (``{"denoiser": ..., "scheduler": ..., "sample_shape": [...], ...}``). The factory runs on every
+load, including a LoRA run's `final/` (its manifest names the factory as the base model), so keep it
+deterministic (load a checkpoint, seed any random init).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 #: pipeline class name -> "module:Class" of its adapter (imported lazily)
 ADAPTERS = {
     "StableDiffusionPipeline": "ddpo_grpo.policies.sd:SDPolicy",
     "StableDiffusion3Pipeline": "ddpo_grpo.policies.sd3:SD3Policy",
+    "DenoiserPipeline": "ddpo_grpo.policies.denoiser:DenoiserPolicy",
 }
+
+#: pipeline classes that are not diffusers': class name (model_index.json `_class_name`) -> "module:Class"
+PIPELINES = {
+    "DenoiserPipeline": "ddpo_grpo.pipelines:DenoiserPipeline",
+}
+
+#: the function a factory file spec without ":name" calls
+DEFAULT_FACTORY = "build"
+_FACTORY_SPEC = re.compile(r"^(?P<file>.+\.py)(?::(?P<attr>[A-Za-z_][A-Za-z0-9_]*))?$")
 
 #: written into `<run>/final/` so that a run's output can be loaded back (sample.py, evaluate.py)
 FINAL_MANIFEST = "ddpo_grpo_final.json"
@@ -54,34 +77,112 @@ def resolve_model(model: str) -> tuple[str, str | None]:
     return model, None
 
 
-def load_pipeline(model: str, torch_dtype=None):
-    """Load any supported pipeline; components saved as null (e.g. SD3 without T5) are passed as None."""
-    base, lora_dir = resolve_model(model)
-    index = _read_model_index(base)
-    class_name = index.get("_class_name")
+def is_factory_spec(model: str) -> bool:
+    """True when `model` names a factory file: "path/to/file.py" or "path/to/file.py:fn"."""
+    return bool(_FACTORY_SPEC.match(str(model)))
+
+
+def canonical_model(model: str) -> str:
+    """`model` with local paths made absolute (a directory, or the file of a factory spec).
+
+    For a manifest that must load from any working directory; hub ids are returned unchanged.
+    """
+    match = _FACTORY_SPEC.match(str(model))
+    if match:
+        file = os.path.abspath(os.path.expanduser(match["file"]))
+        return f"{file}:{match['attr']}" if match["attr"] else file
+    path = os.path.expanduser(str(model))
+    return os.path.abspath(path) if os.path.exists(path) else str(model)
+
+
+def _import_target(target: str):
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _from_factory(spec: str):
+    """Import the factory file of `spec` and return what its function builds, as a pipeline."""
+    match = _FACTORY_SPEC.match(spec)
+    file, attr = match["file"], match["attr"] or DEFAULT_FACTORY
+    from ddpo_grpo.pipelines import DenoiserPipeline, import_user_file
+
+    try:
+        module = import_user_file(file)
+    except ValueError as exc:
+        raise ValueError(f"pretrained.model={spec!r}: factory file {file!r} not found: {exc}") from exc
+    except RuntimeError as exc:
+        raise RuntimeError(f"pretrained.model={spec!r}: {exc}") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        public = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+        raise ValueError(f"pretrained.model={spec!r}: {os.path.basename(file)!r} has no function {attr!r} "
+                         f"(callables defined there: {public}); name it as 'path/to/file.py:fn_name'")
+    try:
+        built = factory()
+    except Exception as exc:  # the user's code: surface its error with context
+        raise RuntimeError(f"pretrained.model={spec!r}: {attr}() in {file!r} failed: {exc}") from exc
+    if isinstance(built, Mapping):
+        built = DenoiserPipeline(**built)
+    if _adapter_target(type(built)) is None:
+        raise ValueError(
+            f"pretrained.model={spec!r}: {attr}() returned a {type(built).__name__}; it must return a pipeline with "
+            f"a policy adapter ({sorted(ADAPTERS)}), e.g. DenoiserPipeline(denoiser=..., scheduler=..., "
+            "sample_shape=[...]), or a dict of DenoiserPipeline's arguments"
+        )
+    return built
+
+
+def _pipeline_class(class_name: str, model: str):
     if class_name not in ADAPTERS:
         raise ValueError(
             f"pretrained.model={model!r} is a {class_name!r}; supported pipeline classes: {sorted(ADAPTERS)}"
         )
+    if class_name in PIPELINES:
+        return _import_target(PIPELINES[class_name])
     import diffusers
 
-    missing = {k: None for k, v in index.items() if isinstance(v, list) and v[0] is None}
-    kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
-    pipeline = getattr(diffusers, class_name).from_pretrained(base, **missing, **kwargs)
+    return getattr(diffusers, class_name)
+
+
+def load_pipeline(model: str, torch_dtype=None):
+    """Load any supported pipeline; components saved as null (e.g. SD3 without T5) are passed as None.
+
+    `model`: a pipeline directory or hub id, a run's output (`resolve_model`), or a factory file spec
+    ("path/to/file.py:fn"; see the module docstring). A LoRA run's output loads its base, then the LoRA.
+    """
+    base, lora_dir = resolve_model(model)
+    if is_factory_spec(base):
+        pipeline = _from_factory(base)
+        if torch_dtype is not None:
+            pipeline.to(torch_dtype)
+    else:
+        index = _read_model_index(base)
+        pipeline_class = _pipeline_class(index.get("_class_name"), model)
+        missing = {k: None for k, v in index.items() if isinstance(v, list) and len(v) == 2 and v[0] is None}
+        kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
+        pipeline = pipeline_class.from_pretrained(base, **missing, **kwargs)
     if lora_dir is not None:
         pipeline.load_lora_weights(lora_dir)
     pipeline.set_progress_bar_config(disable=True)
     return pipeline
 
 
+def _adapter_target(cls) -> str | None:
+    """The "module:Class" of the adapter of pipeline class `cls` or of its nearest registered base class."""
+    return next((ADAPTERS[c.__name__] for c in cls.__mro__ if c.__name__ in ADAPTERS), None)
+
+
 def policy_class(pipeline):
-    target = ADAPTERS.get(type(pipeline).__name__)
+    target = _adapter_target(type(pipeline))
     if target is None:
         raise ValueError(f"no policy adapter for {type(pipeline).__name__}; supported: {sorted(ADAPTERS)}")
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
+    return _import_target(target)
 
 
 def build_policy(pipeline, **kwargs):
-    """Wrap a loaded pipeline in its adapter. kwargs: resolution, max_sequence_length, sde_type (flow)."""
+    """Wrap a loaded pipeline in its adapter.
+
+    kwargs: resolution, max_sequence_length, sde_type (flow), kernel (families with a kernel choice:
+    "ddpm" / "ddim" for DenoiserPipeline; "" = the family's default).
+    """
     return policy_class(pipeline)(pipeline, **kwargs)

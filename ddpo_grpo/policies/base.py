@@ -6,6 +6,7 @@ can be recorded (rollout) and re-scored later (training). It is the only place t
 calling convention; `rollout.py` and `trainer.py` work with any subclass.
 
 A subclass provides:
+    latent_shape()                            -> shape of one latent / sample without the batch dim
     encode_prompts(prompts, negative_prompt)  -> cond: dict of tensors with batch dim first;
                                                  keys "neg_<k>" hold the unconditional twin of "<k>"
     schedule(num_steps)                       -> Schedule (denoiser timesteps + kernel scalars per step)
@@ -13,9 +14,11 @@ A subclass provides:
                                                  rollout, so that step() can skip per-step validation
     forward(model, latents, timesteps, cond)  -> raw denoiser output for one (positive or negative) branch
     step(model_output, latents, kernel_args, noise_level, prev_sample, generator) -> sde.Step
-    decode(latents)                           -> the samples rewards score (images in [0, 1])
+    decode(latents)                           -> the samples rewards score (images in [0, 1]; other families
+                                                 their own, e.g. denormalised motion features)
     preview(samples)                          -> images for grids and reports (default: the samples)
-and the class attributes below.
+and the class attributes below. Image families also use `check_resolution` / `native_resolution` (the VAE's
+downsampling factor); a family without pixels (`policies.denoiser`) overrides them.
 """
 
 from __future__ import annotations
@@ -56,19 +59,46 @@ class Policy:
     default_lora_targets: ClassVar[tuple[str, ...]]
     #: config field that sets the kernel's stochasticity, for messages and logs
     noise_field: ClassVar[str]
+    #: values of `kernel` (`sample.kernel`) the family offers; () = no choice (SD: DDIM; SD3: `sde_type`)
+    kernels: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, pipeline, *, resolution: int, max_sequence_length: int = 77, sde_type: str = "flow_grpo"):
-        """resolution: image side in pixels; max_sequence_length: text tokens of encoders that take it
-        (SD3's T5 slot); sde_type: the flow kernel (`sde.flow_sde_step`), ignored by DDIM families."""
+    def __init__(
+        self, pipeline, *, resolution: int, max_sequence_length: int = 77, sde_type: str = "flow_grpo", kernel: str = ""
+    ):
+        """Wrap `pipeline`.
+
+        resolution: image side in pixels; max_sequence_length: text tokens of encoders that take it
+        (SD3's T5 slot); sde_type: the flow kernel (`sde.flow_sde_step`), ignored by DDIM families;
+        kernel: the transition kernel of families that offer a choice (`kernels`), "" = the family's default.
+        """
+        if kernel and kernel not in self.kernels:
+            if self.kernels:
+                raise ValueError(f"sample.kernel={kernel!r} is not one of {list(self.kernels)} for "
+                                 f"{type(self).__name__} ('' = its default)")
+            raise ValueError(
+                f"sample.kernel={kernel!r}: {type(self).__name__} has no kernel choice; leave sample.kernel empty "
+                "(it selects the kernel of generic denoiser pipelines: 'ddpm' or 'ddim')"
+            )
         self.pipeline = pipeline
         self.sde_type = sde_type
         self.resolution = int(resolution)
         self.max_sequence_length = int(max_sequence_length)
+        self.check_resolution()
+
+    def check_resolution(self) -> None:
+        """ValueError unless `self.resolution` suits the model (image families: a multiple of the VAE's factor)."""
         factor = self.vae_scale_factor
         if self.resolution % factor:
             raise ValueError(
                 f"sample.resolution={self.resolution} must be a multiple of the VAE's downsampling factor {factor}"
             )
+
+    @classmethod
+    def native_resolution(cls, pipeline) -> int:
+        """The pipeline's native `resolution` (image families: denoiser sample_size × VAE downsampling factor)."""
+        size = getattr(pipeline, cls.denoiser_attr).config.sample_size
+        size = size[0] if isinstance(size, (list, tuple)) else size
+        return int(size) * 2 ** (len(pipeline.vae.config.block_out_channels) - 1)
 
     # ---- model access -------------------------------------------------------------------------
     @property
@@ -84,8 +114,8 @@ class Policy:
         # (diffusers' ModelMixin.device walks every submodule: ~1 ms on a LoRA'd model)
         return next(self.denoiser.parameters()).device
 
-    def latent_shape(self) -> tuple[int, int, int]:
-        """(C, h, w) of one latent at `self.resolution`."""
+    def latent_shape(self) -> tuple[int, ...]:
+        """Shape of one latent without the batch dim (image families: (C, h, w) at `self.resolution`)."""
         side = self.resolution // self.vae_scale_factor
         return (self.denoiser.config.in_channels, side, side)
 

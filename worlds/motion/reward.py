@@ -1,0 +1,169 @@
+"""MotionWorld rewards: the judge (``motion_judge``) and the physics score (``motion_physics``).
+
+Both follow the reward contract (:mod:`reward_models.contract`): ``fn(samples, prompts, metadata) ->
+(scores, info)`` where ``samples`` are **denormalised** HumanML3D features ``(B, frames, 263)`` (torch
+tensor or numpy array, or a list of ``[frames_i, 263]`` arrays); joints are recovered with
+:func:`~worlds.motion.features.recover_joints`. A metadata row may carry ``"length"`` (the number of valid
+feature frames of a padded sample); the sample is then cut to it.
+
+``reward.fns = {"motion_judge": 1.0}``, ``reward.kwargs = {"motion_judge": {"score": "partial"}}``:
+
+* the spec comes from the metadata row when it has ``actions`` (the rows of
+  ``data/motion_{train,test}.jsonl``), else from parsing the prompt; a prompt outside the grammar scores
+  ``NaN`` ("not applicable"), counted in ``info["motion_judge/not_applicable"]`` (fraction of the batch);
+* a sample with non-finite values or fewer than 8 frames scores 0 (counted in ``motion_judge/invalid``);
+* ``info`` per sample (lists of length B): ``task`` (label, "" when not applicable), ``strict``, ``partial``
+  (NaN when not applicable); batch means ``motion_judge/strict``, ``motion_judge/partial`` and per task
+  ``motion_judge/strict/<task>``, ``motion_judge/partial/<task>``.
+
+``reward.fns = {"motion_physics": 1.0}`` (prompt-free): ``exp(−λ_skate · skate − λ_jerk · jerk)``
+(:mod:`worlds.motion.physics`); ``info`` per sample: ``skate``, ``penetration``, ``max_penetration``,
+``accel``, ``jerk``, ``bone_drift`` (NaN for an invalid sample, which scores 0), and their batch means
+``motion_physics/<metric>``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from reward_models import register
+
+from .features import FEATURE_DIM
+from .physics import LAMBDA_JERK, LAMBDA_SKATE, METRICS
+
+SCORES = ("strict", "partial")
+#: fewest feature frames a sample needs
+MIN_FRAMES = 8
+
+
+def _as_list(samples: Any, batch: int, name: str) -> list[np.ndarray]:
+    """``samples`` as ``batch`` float64 arrays ``[frames_i, 263]``."""
+    if isinstance(samples, (list, tuple)):
+        items = list(samples)
+    else:
+        if hasattr(samples, "detach"):
+            samples = samples.detach().float().cpu().numpy()
+        arr = np.asarray(samples)
+        if arr.ndim != 3 or arr.shape[-1] != FEATURE_DIM:
+            raise ValueError(
+                f"reward {name!r}: samples must be denormalised HumanML3D features of shape (B, frames, "
+                f"{FEATURE_DIM}), got shape {tuple(arr.shape)}"
+            )
+        items = list(arr)
+    out = []
+    for x in items:
+        if hasattr(x, "detach"):
+            x = x.detach().float().cpu().numpy()
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[-1] != FEATURE_DIM:
+            raise ValueError(f"reward {name!r}: each sample must be [frames, {FEATURE_DIM}], got {tuple(x.shape)}")
+        out.append(x)
+    if len(out) != batch:
+        raise ValueError(f"reward {name!r}: {len(out)} samples for {batch} prompts; pass one prompt per sample")
+    return out
+
+
+def _crop(x: np.ndarray, row: Any) -> np.ndarray:
+    if isinstance(row, dict) and row.get("length") is not None:
+        n = int(row["length"])
+        if 1 <= n < len(x):
+            return x[:n]
+    return x
+
+
+def _valid(x: np.ndarray) -> bool:
+    return len(x) >= MIN_FRAMES and bool(np.all(np.isfinite(x)))
+
+
+@register("motion_judge")
+def motion_judge(score: str = "strict"):
+    """Reward = the MotionWorld judge's score of each sample.
+
+    ``score="strict"`` (0/1: every check holds) or ``"partial"`` (the fraction of the prompt's checks
+    that hold); see :mod:`worlds.motion.judge`.
+    """
+    if score not in SCORES:
+        raise ValueError(f"reward 'motion_judge': score must be one of {SCORES}, got {score!r}")
+    from .features import recover_joints
+    from .grammar import spec_of
+    from .judge import judge
+
+    def fn(samples: Any, prompts: list[str], metadata: list[dict]):
+        batch = len(prompts)
+        feats = _as_list(samples, batch, "motion_judge")
+        out = {k: np.full(batch, np.nan, dtype=np.float32) for k in SCORES}
+        tasks = [""] * batch
+        invalid = 0
+        for i in range(batch):
+            row = metadata[i] if metadata is not None and i < len(metadata) else None
+            try:
+                spec = spec_of(row) if isinstance(row, dict) and "actions" in row else spec_of(prompts[i])
+            except ValueError:
+                continue  # not a MotionWorld prompt: NaN
+            tasks[i] = spec.task
+            x = _crop(feats[i], row)
+            if not _valid(x):
+                invalid += 1
+                out["strict"][i] = out["partial"][i] = 0.0
+                continue
+            res = judge(recover_joints(x), spec)
+            out["strict"][i] = res["strict"]
+            out["partial"][i] = res["partial"]
+        applicable = ~np.isnan(out["strict"])
+        info: dict[str, Any] = {
+            "task": tasks,
+            "strict": out["strict"].tolist(),
+            "partial": out["partial"].tolist(),
+            "motion_judge/not_applicable": float((~applicable).mean()) if batch else 0.0,
+            "motion_judge/invalid": float(invalid / batch) if batch else 0.0,
+        }
+        if applicable.any():
+            for k in SCORES:
+                info[f"motion_judge/{k}"] = float(out[k][applicable].mean())
+            for task in sorted({t for t in tasks if t}):
+                sel = np.array([t == task for t in tasks]) & applicable
+                for k in SCORES:
+                    info[f"motion_judge/{k}/{task}"] = float(out[k][sel].mean())
+        return out[score], info
+
+    return fn
+
+
+@register("motion_physics")
+def motion_physics(lambda_skate: float = LAMBDA_SKATE, lambda_jerk: float = LAMBDA_JERK):
+    """Reward = ``exp(−lambda_skate · skate − lambda_jerk · jerk)`` of each sample's recovered joints.
+
+    Skate in m/s, jerk in m²/s⁶ (:mod:`worlds.motion.physics`); prompts are not read.
+    """
+    for name, value in (("lambda_skate", lambda_skate), ("lambda_jerk", lambda_jerk)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+            raise ValueError(f"reward 'motion_physics': {name} must be a finite number >= 0, got {value!r}")
+    from .features import recover_joints
+    from .physics import physics_metrics, physics_score
+
+    def fn(samples: Any, prompts: list[str], metadata: list[dict]):
+        batch = len(prompts)
+        feats = _as_list(samples, batch, "motion_physics")
+        scores = np.zeros(batch, dtype=np.float32)
+        per = {k: [float("nan")] * batch for k in METRICS}
+        for i in range(batch):
+            row = metadata[i] if metadata is not None and i < len(metadata) else None
+            x = _crop(feats[i], row)
+            if not _valid(x):
+                continue  # invalid sample: score 0, metrics NaN
+            m = physics_metrics(recover_joints(x))
+            scores[i] = physics_score(m, lambda_skate, lambda_jerk)
+            for k in METRICS:
+                per[k][i] = m[k]
+        info: dict[str, Any] = dict(per)
+        for k in METRICS:
+            vals = np.array(per[k], dtype=np.float64)
+            if np.isfinite(vals).any():
+                info[f"motion_physics/{k}"] = float(np.nanmean(vals))
+        return scores, info
+
+    return fn
+
+
+__all__ = ["MIN_FRAMES", "SCORES", "motion_judge", "motion_physics"]

@@ -1,0 +1,319 @@
+"""The pretraining loop every architecture shares; a :class:`Recipe` supplies models, stages, losses, pipeline.
+
+A run is a sequence of stages (SD3: the VAE, then the flow model; SD: one DDPM stage), each with its
+own AdamW optimizer (betas 0.9, 0.99). Step ``n`` (0-based) of a stage of ``N`` steps:
+
+1. ``lr_n``: linear warm-up, then cosine down to ``min_lr_ratio · lr`` at ``n = N`` (:func:`lr_at`),
+   times the optimizer group's lr scale;
+2. ``losses = recipe.loss(stage, data)``: the recipe draws its batch from ``data`` (:mod:`.data`);
+3. backward of ``losses["loss"]``, the stage's gradients clipped to global norm ``grad_clip``, AdamW step;
+4. in stages with ``ema``: ``θ_ema ← d·θ_ema + (1 − d)·θ`` for every module of ``recipe.ema_modules``,
+   ``d = min(ema_decay, (1 + n)/(10 + n))`` (:class:`ddpo_grpo.weights.EMA` with warm-up), so the
+   average forgets the random initialisation quickly.
+
+Logs (mean losses, grad norm, lr, speed; latent statistics; evaluations) go to
+``<out>/pretrain_log.jsonl``. Every ``eval_every`` steps of an ``evaluate`` stage, and at the end,
+:meth:`Pretrainer.evaluate` scores the EMA pipeline with the library's deterministic evaluation
+(:func:`ddpo_grpo.evaluation.evaluate`). It forks torch's global RNG and draws nothing from the
+training generators, so the training trajectory does not depend on whether or how often it runs.
+
+Checkpoints (``<out>/checkpoints/epoch_<global step>``) every ``ckpt_every`` steps and at the end of
+each stage hold every recipe model, the EMA of each ``ema_modules`` entry (``ema_<name>``: its trained
+parameters), the optimizer (none at the end of a stage: the next one starts its own), the data and
+noise RNG states, the latent statistics and the config: ``--resume`` continues bit-exactly (same
+thread count). Checkpoints of commit ee0f2bd's two pretrainers resume too (their EMA files also hold
+the modules' buffers, which are ignored; the SD3 one names its latent statistics ``vae_stats``).
+Finally the EMA pipeline is saved to ``<out>/final``, loaded back and evaluated into ``final_eval.json``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from ddpo_grpo.logging_utils import atomic_write, save_grid
+from ddpo_grpo.weights import EMA, trainable_parameters
+from worlds.shapes.grammar import load_split
+from worlds.shapes.pretrain.config import PretrainConfig, ResumeError, resumed_config
+from worlds.shapes.pretrain.data import TrainingData
+from worlds.shapes.world import CANVAS
+
+LOG_FILE = "pretrain_log.jsonl"
+FINAL_DIR = "final"
+FINAL_EVAL = "final_eval.json"
+EVAL_SEED = 0  # initial-noise seeds of the evaluation: those of scripts/evaluate.py and sample.py --seed 0
+GRID_PER_TASK = 8  # samples per task (one row each) in an evaluation's grid
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a recipe.
+
+    groups: the optimizer's parameter groups in order, each ``(module names, lr scale)``; their
+    parameters, in this order, are what the gradient clipping sees.
+    """
+
+    name: str
+    steps: int
+    groups: tuple[tuple[tuple[str, ...], float], ...]
+    lr: float
+    warmup: int
+    weight_decay: float = 0.0
+    ema: bool = False  # update the EMA after every step
+    evaluate: bool = False  # evaluate every eval_every steps of this stage
+    needs_latents: bool = False  # measure the latent statistics at its start unless known
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(name for names, _ in self.groups for name in names)
+
+
+class Recipe:
+    """What an architecture supplies to the loop.
+
+    A subclass sets ``config_class`` and, in ``__init__(cfg)``, the attributes below (every random
+    initialisation of ``models`` after ``torch.manual_seed(cfg.seed)``), and implements:
+
+    * ``loss(stage, data) -> {"loss": scalar to minimise, other scalars to log}``, one batch of ``stage``;
+    * ``measure_latents(data) -> stats``: the latent statistics of fresh renders, applied;
+    * ``set_latent_stats(stats)``: apply measured or checkpointed statistics (kept, written into the VAE config);
+    * ``pipeline()``: the diffusers pipeline around the live modules (EMA weights while those are swapped in);
+    * ``policy_options()``: ``build_policy`` keyword arguments besides the resolution.
+    """
+
+    config_class: ClassVar[type[PretrainConfig]]
+    cfg: PretrainConfig
+    models: dict[str, torch.nn.Module]  # everything a checkpoint holds, one tensor file each
+    ema_modules: tuple[str, ...]  # the models whose EMA is kept and exported
+    stages: list[Stage]
+    latent_stats: dict | None = None
+
+    def policy_options(self) -> dict:
+        return {}
+
+
+def lr_at(step: int, total: int, lr: float, warmup: int, min_ratio: float) -> float:
+    """Linear warm-up for ``warmup`` steps, then cosine decay to ``min_ratio * lr`` at ``total``."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+class Pretrainer:
+    """The loop of the module docstring around one recipe, writing into ``out_dir``."""
+
+    def __init__(self, recipe: Recipe, out_dir, log=print):
+        self.recipe, self.cfg, self.log = recipe, recipe.cfg, log
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.data = TrainingData(self.cfg.task_weights, self.cfg.seed)
+        self.ema = {k: EMA(trainable_parameters(recipe.models[k]), self.cfg.ema_decay, warmup=True)
+                    for k in recipe.ema_modules}
+        self.total = sum(s.steps for s in recipe.stages)
+        self.step = 0  # global: the stages' steps one after the other
+        self.opt: torch.optim.Optimizer | None = None
+
+    def locate(self) -> tuple[Stage, int]:
+        """The stage of the next step and the steps done in it (the last stage once the run is done)."""
+        start = 0
+        for stage in self.recipe.stages[:-1]:
+            if self.step < start + stage.steps:
+                return stage, self.step - start
+            start += stage.steps
+        return self.recipe.stages[-1], self.step - start
+
+    def _begin(self, stage: Stage) -> torch.optim.Optimizer:
+        """Measure the latent statistics if the stage needs them, set train modes, return its optimizer."""
+        models = self.recipe.models
+        for m in models.values():
+            m.eval()
+        if stage.needs_latents and self.recipe.latent_stats is None:
+            stats = self.recipe.measure_latents(self.data)
+            self._write({"global_step": self.step, "stage": stage.name, **stats})
+            self.log("latent stats: " + " ".join(f"{k}={v:.4f}" for k, v in stats.items()))
+        for name in stage.modules:
+            models[name].train()
+        groups = [{"params": [p for n in names for p in models[n].parameters()]} for names, _ in stage.groups]
+        return torch.optim.AdamW(groups, lr=stage.lr, betas=(0.9, 0.99), weight_decay=stage.weight_decay)
+
+    def _write(self, rec: dict) -> None:
+        with open(self.out / LOG_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def train(self) -> Path:
+        """Run the remaining steps, then :meth:`finish`; returns the final pipeline directory."""
+        cfg = self.cfg
+        self.log(self.describe())
+        ran, t_log, acc = 0, time.time(), defaultdict(float)
+        while self.step < self.total:
+            stage, local = self.locate()
+            if self.opt is None:
+                self.opt = self._begin(stage)
+            lr = lr_at(local, stage.steps, stage.lr, stage.warmup, cfg.min_lr_ratio)
+            for group, (_, scale) in zip(self.opt.param_groups, stage.groups):
+                group["lr"] = lr * scale
+            out = self.recipe.loss(stage.name, self.data)
+            self.opt.zero_grad(set_to_none=True)
+            out["loss"].backward()
+            params = [p for name in stage.modules for p in self.recipe.models[name].parameters()]
+            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            self.opt.step()
+            for ema in self.ema.values() if stage.ema else ():
+                ema.update(local)
+            self.step += 1
+            for k, v in {**out, "grad_norm": gnorm}.items():
+                acc[k] += float(v.detach())
+            ran, done = ran + 1, local + 1 == stage.steps
+            if self.step % cfg.log_every == 0 or done:
+                speed = ran / (time.time() - t_log)
+                self._write({"global_step": self.step, "stage": stage.name, f"{stage.name}_step": local + 1, "lr": lr,
+                             **{k: round(v / ran, 5) for k, v in acc.items()}, "steps_per_s": round(speed, 3)})
+                self.log(f"[{stage.name}] step {local + 1}/{stage.steps} (global {self.step}/{self.total}) "
+                         + " ".join(f"{k}={v / ran:.4f}" for k, v in acc.items()) + f" lr={lr:.2e} {speed:.2f} steps/s")
+                ran, t_log, acc = 0, time.time(), defaultdict(float)
+            if done and stage is not self.recipe.stages[-1]:
+                self.opt = None  # the next stage gets its own optimizer
+            if stage.evaluate and cfg.eval_every and (local + 1) % cfg.eval_every == 0 and not done:
+                t_eval = time.time()
+                self.evaluate(cfg.eval_per_task, f"{stage.name}_step_{local + 1}")
+                t_log += time.time() - t_eval  # keep steps/s about training only
+            if self.step % cfg.ckpt_every == 0 or done:
+                self.log(f"checkpoint {self.save()}")
+        return self.finish()
+
+    def describe(self) -> str:
+        counts = {k: sum(p.numel() for p in m.parameters()) for k, m in self.recipe.models.items()}
+        total = sum(counts.values())
+        return ("params: " + ", ".join(f"{k}={v / 1e6:.3f}M" for k, v in counts.items())
+                + f", total={total / 1e6:.3f}M (~{4 * total / 1e6:.1f} MB float32); stages: "
+                + ", ".join(f"{s.name} {s.steps} steps ({'+'.join(s.modules)})" for s in self.recipe.stages)
+                + f"; now at global step {self.step}/{self.total}")
+
+    def evaluate(self, per_task: int, tag: str, pipe=None) -> dict:
+        """Score ``per_task`` deterministic samples per task of ``pipe`` (default: the EMA pipeline).
+
+        The library's evaluation: the flow ODE / DDIM η = 0 from per-sample seeds, ``eval_steps`` steps,
+        CFG ``eval_guidance``, test-split prompts, the strict ``shapes`` reward. Logs and returns one record
+        (``eval/strict``, ``eval/strict/<task>``, ``eval/task_mean/strict``, the same for ``partial``, ...)
+        and saves ``samples/<tag>.png`` (up to 8 samples per task, a row each).
+        """
+        from ddpo_grpo.evaluation import evaluate
+        from ddpo_grpo.policies import build_policy
+        from reward_models import load_reward
+
+        cfg, t0, models = self.cfg, time.time(), self.recipe.models
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.random.fork_rng(devices=[]))
+            for m in models.values():
+                stack.callback(m.train, m.training)
+                m.eval()
+            if pipe is None:
+                for ema in self.ema.values():
+                    stack.enter_context(ema.applied())
+                pipe = self.recipe.pipeline()
+            policy = build_policy(pipe, resolution=CANVAS, **self.recipe.policy_options())
+            metrics, samples, captions = evaluate(
+                policy, load_split("test"), load_reward("shapes", score="strict"), num_steps=cfg.eval_steps,
+                guidance_scale=cfg.eval_guidance, per_group=per_task, group_by="task", seed=EVAL_SEED)
+        shown = min(per_task, GRID_PER_TASK)
+        keep = [g * per_task + j for g in range(len(samples) // per_task) for j in range(shown)]  # tasks in order
+        save_grid(samples[keep], [captions[i] for i in keep], str(self.out / "samples" / f"{tag}.png"), nrow=shown)
+        stage, local = self.locate()
+        rec = {"global_step": self.step, "stage": stage.name, f"{stage.name}_step": local, "eval": tag, **metrics,
+               "eval/seconds": round(time.time() - t0, 1)}
+        self._write(rec)
+        tasks = " ".join(f"{k.rsplit('/', 1)[1]}={v:.2f}" for k, v in metrics.items() if k.startswith("eval/strict/"))
+        self.log(f"eval {tag}: strict {tasks} task_mean={metrics['eval/task_mean/strict']:.2f}")
+        return rec
+
+    def finish(self) -> Path:
+        """Save the EMA pipeline to ``<out>/final``, load it back and evaluate it into ``final_eval.json``."""
+        from ddpo_grpo.policies import load_pipeline
+
+        final = self.out / FINAL_DIR
+        with contextlib.ExitStack() as stack:
+            for ema in self.ema.values():
+                stack.enter_context(ema.applied())
+            self.recipe.pipeline().save_pretrained(final, safe_serialization=True)
+        size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file())
+        self.log(f"saved pipeline to {final} ({size / 1e6:.2f} MB)")
+        pipe = load_pipeline(str(final))
+        if self.cfg.final_eval_per_task:
+            rec = self.evaluate(self.cfg.final_eval_per_task, "final", pipe=pipe)
+            atomic_write(str(self.out / FINAL_EVAL), json.dumps(rec, indent=1).encode())
+        return final
+
+    def save(self) -> Path:
+        tensors = {k: m.state_dict() for k, m in self.recipe.models.items()}
+        tensors.update({f"ema_{k}": ema.state_dict() for k, ema in self.ema.items()})
+        state = {"global_step": self.step, "stage": self.locate()[0].name, "config": self.cfg.to_dict(),
+                 "latent_stats": self.recipe.latent_stats, **self.data.state_dict()}
+        return save_checkpoint(self.out, self.step, tensors=tensors, state=state, keep_last=self.cfg.keep_last,
+                               optimizer_state=self.opt.state_dict() if self.opt is not None else None)
+
+    def restore(self, path) -> None:
+        ck = load_checkpoint(path)
+        st, tensors = ck["state"], ck["tensors"]
+        missing = [s for s in [*self.recipe.models, *(f"ema_{k}" for k in self.ema)] if s not in tensors]
+        if missing:
+            raise ResumeError(f"{ck['path']} has no {missing} tensors: it is not a checkpoint of this architecture")
+        for k, m in self.recipe.models.items():
+            m.load_state_dict(tensors[k])
+        for k, ema in self.ema.items():
+            ema.load_state_dict(tensors[f"ema_{k}"])
+        self.step = int(st["global_step"])
+        self.data.load_state_dict(st)
+        stats = st.get("latent_stats") or st.get("vae_stats")  # vae_stats: SD3 checkpoints of commit ee0f2bd
+        if stats:
+            self.recipe.set_latent_stats(stats)
+        stage, _ = self.locate()
+        if ck["optimizer_state"] is not None and st.get("stage", stage.name) == stage.name:
+            self.opt = self._begin(stage)
+            self.opt.load_state_dict(ck["optimizer_state"])
+        self.log(f"resumed from {ck['path']} at global step {self.step} ({stage.name} stage)")
+
+
+def start(recipe_cls: type[Recipe], cfg: PretrainConfig, out_dir, resume: bool = False, log=print,
+          overrides: dict | None = None) -> Pretrainer:
+    """A new run of ``recipe_cls(cfg)`` in ``out_dir``, or (``resume``) the run there, from its newest checkpoint.
+
+    A resumed run keeps its saved config, where ``overrides`` may change the ``RESUME_MUTABLE``
+    fields (:func:`~worlds.shapes.pretrain.config.resumed_config`).
+    """
+    out = Path(out_dir)
+    existing = list_checkpoints(out)
+    if existing and not resume:
+        raise FileExistsError(f"{out} already has checkpoints (newest {existing[-1].name}); "
+                              "pass --resume to continue it or choose a new --out")
+    if not existing:
+        if resume:
+            log(f"--resume: no checkpoint in {out}, starting from scratch")
+        trainer = Pretrainer(recipe_cls(cfg), out, log=log)
+        atomic_write(str(out / "config.json"), json.dumps(cfg.to_dict(), indent=1).encode())
+        return trainer
+    saved = load_checkpoint(existing[-1])["state"]
+    cfg, changed = resumed_config(recipe_cls.config_class, saved["config"], overrides or {})
+    if changed:
+        log("resuming with changed settings: "
+            + ", ".join(f"{k}={new} (was {old})" for k, (old, new) in changed.items()))
+    trainer = Pretrainer(recipe_cls(cfg), out, log=log)
+    if trainer.total < saved["global_step"]:
+        raise ResumeError(f"the run would end at step {trainer.total}, before the checkpoint's step "
+                          f"{saved['global_step']}; give more steps")
+    trainer.restore(existing[-1])
+    return trainer
+
+
+def run(recipe_cls: type[Recipe], cfg: PretrainConfig, out_dir, resume: bool = False, log=print,
+        overrides: dict | None = None) -> Path:
+    """Train (or continue, with ``resume``) a run in ``out_dir`` (:func:`start`); return the final pipeline dir."""
+    return start(recipe_cls, cfg, out_dir, resume, log, overrides).train()
