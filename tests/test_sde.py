@@ -394,3 +394,29 @@ def test_ddim_bad_arguments(override, name):
     model_output = _rand() if sample.ndim > 1 else torch.zeros(4)
     with pytest.raises(ValueError, match=name):
         ddim_step(model_output, sample, kw.pop("alpha_prod_t"), kw.pop("alpha_prod_t_prev"), **kw)
+
+
+# ---- forward process (what the forward-process objectives and supervised losses train on) -------------------
+
+
+@pytest.mark.parametrize("kind", ["flow", "epsilon", "v_prediction", "sample"])
+def test_forward_process_target_and_x0_error_scale(kind):
+    """x_t matches the closed form, and a prediction error d maps to an x0 error of scale·|d| exactly."""
+    from ddpo_grpo.sde import ddpm_forward, flow_forward
+
+    gen = torch.Generator().manual_seed(0)
+    x0, eps = torch.randn(3, 4, 8, 8, generator=gen), torch.randn(3, 4, 8, 8, generator=gen)
+    d = 0.1 * torch.randn(3, 4, 8, 8, generator=gen)
+    level = torch.tensor([0.9, 0.5, 0.1])
+    col = level.view(-1, 1, 1, 1)
+    if kind == "flow":
+        n = flow_forward(x0, level, eps)
+        torch.testing.assert_close(n.x_t, (1 - col) * x0 + col * eps)
+        x0_hat = n.x_t - col * (n.target + d)  # x̂0 = x_σ − σ v̂
+    else:
+        n = ddpm_forward(x0, level, eps, kind)
+        torch.testing.assert_close(n.x_t, col.sqrt() * x0 + (1 - col).sqrt() * eps)
+        pred = n.target + d
+        x0_hat = {"epsilon": (n.x_t - (1 - col).sqrt() * pred) / col.sqrt(),
+                  "v_prediction": col.sqrt() * n.x_t - (1 - col).sqrt() * pred, "sample": pred}[kind]
+    torch.testing.assert_close((x0_hat - x0).abs(), n.scale.view(-1, 1, 1, 1) * d.abs(), atol=2e-6, rtol=1e-5)

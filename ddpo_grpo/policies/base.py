@@ -17,6 +17,9 @@ A subclass provides:
     decode(latents)                           -> the samples rewards score (images in [0, 1]; other families
                                                  their own, e.g. denormalised motion features)
     preview(samples)                          -> images for grids and reports (default: the samples)
+    forward_process(x0, u, noise)             -> (timesteps, sde.Noised): the clean latent noised to level
+                                                 u ∈ (0, 1) and the pretraining target there (the
+                                                 forward-process objectives and supervised losses)
 and the class attributes below. Image families also use `check_resolution` / `native_resolution` (the VAE's
 downsampling factor); a family without pixels (`policies.denoiser`) overrides them.
 """
@@ -145,6 +148,11 @@ class Policy:
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def forward_process(self, x0: torch.Tensor, u: torch.Tensor, noise: torch.Tensor):
+        """Noise clean latents x0 [B, ...] to levels u [B] in (0, 1) with `noise` [B, ...]: (denoiser timesteps
+        [B], `sde.Noised`). u is the family's noise fraction (flow: σ after the scheduler's shift; DDPM: t / T)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement forward_process")
 
     def preview(self, samples: torch.Tensor) -> torch.Tensor:
         """Decoded samples as float images [N, 3, H, W] in [0, 1], for grids and reports (images: themselves)."""

@@ -26,7 +26,7 @@ import torch
 from diffusers import DDIMScheduler
 
 from ddpo_grpo.policies.base import Policy, Schedule
-from ddpo_grpo.sde import Step, check_ddim_args, check_ddpm_args, ddim_step, ddpm_step
+from ddpo_grpo.sde import Step, check_ddim_args, check_ddpm_args, ddim_step, ddpm_forward, ddpm_step
 
 KERNELS = ("ddpm", "ddim")
 
@@ -132,6 +132,12 @@ class DenoiserPolicy(Policy):
         if self.kernel == "ddpm":
             return ddpm_step(model_output, latents, a_t, a_prev, eta=noise_level, variance=self.variance, **common)
         return ddim_step(model_output, latents, a_t, a_prev, eta=noise_level, **common)
+
+    def forward_process(self, x0, u, noise) -> tuple:
+        """Training timestep t = round(u·(N − 1)) of the scheduler's N, ᾱ_t, DDPM noising and target."""
+        alphas = self.scheduler.alphas_cumprod.to(x0.device)  # [N]
+        t = torch.round(u.to(torch.float32) * (len(alphas) - 1)).long().clamp(0, len(alphas) - 1)  # [B]
+        return t, ddpm_forward(x0, alphas[t], noise, self.prediction_type)
 
     def decode(self, latents):
         return self.pipeline.decode(latents)  # [B, ...] the normalizer's decode, float32

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ddpo_grpo.policies.base import Policy, Schedule
-from ddpo_grpo.sde import Step, check_ddim_args, ddim_step
+from ddpo_grpo.sde import Step, check_ddim_args, ddim_step, ddpm_forward
 
 
 class SDPolicy(Policy):
@@ -55,6 +55,12 @@ class SDPolicy(Policy):
             eta=noise_level, prev_sample=prev_sample, generator=generator, prediction_type=self.prediction_type,
             validate=False,
         )
+
+    def forward_process(self, x0, u, noise) -> tuple:
+        """Training timestep t = round(u·(N − 1)) of the scheduler's N, ᾱ_t, DDPM noising and target."""
+        alphas = self.scheduler.alphas_cumprod.to(x0.device)  # [N]
+        t = torch.round(u.to(torch.float32) * (len(alphas) - 1)).long().clamp(0, len(alphas) - 1)  # [B]
+        return t, ddpm_forward(x0, alphas[t], noise, self.prediction_type)
 
     def decode(self, latents):
         vae = self.pipeline.vae

@@ -7,8 +7,10 @@ shifting apply as in diffusers); the transition is one of the stochastic kernels
 
 from __future__ import annotations
 
+import torch
+
 from ddpo_grpo.policies.base import Policy, Schedule
-from ddpo_grpo.sde import Step, check_flow_args, flow_sde_step
+from ddpo_grpo.sde import Step, check_flow_args, flow_forward, flow_sde_step
 
 
 class SD3Policy(Policy):
@@ -70,6 +72,15 @@ class SD3Policy(Policy):
             model_output, latents, kernel_args["sigma"], kernel_args["sigma_next"], noise_level=noise_level,
             sde_type=self.sde_type, prev_sample=prev_sample, generator=generator, validate=False,
         )
+
+    def forward_process(self, x0, u, noise) -> tuple:
+        """σ = shift·u / (1 + (shift − 1)·u) (the scheduler's static time shift, SD3 §5.3.2; u itself with
+        dynamic shifting, whose shift depends on the resolution), timestep 1000·σ, rectified-flow noising."""
+        cfg = self.scheduler.config
+        shift = 1.0 if cfg.get("use_dynamic_shifting", False) else float(cfg.get("shift", 1.0))
+        u = u.to(torch.float32)
+        sigma = shift * u / (1 + (shift - 1) * u)  # [B]
+        return sigma * 1000.0, flow_forward(x0, sigma, noise)
 
     def decode(self, latents):
         vae = self.pipeline.vae
