@@ -29,6 +29,9 @@ def get_config():
     config.num_checkpoint_limit = 3  # keep the newest N checkpoints; 0 = keep all
     config.mixed_precision = "no"  # "no" | "fp16" | "bf16": autocast for denoiser / VAE / text encoders
     config.allow_tf32 = True  # TF32 matmuls on Ampere+ GPUs (no effect on CPU)
+    # printed at start-up: the run's measured wall time on a free 2-core CPU, in minutes (0 = not measured);
+    # after each epoch the run prints its own estimate of the time left
+    config.expected_minutes = 0.0
 
     # ---- pretrained model ---------------------------------------------------------------------
     config.pretrained = pretrained = ml_collections.ConfigDict()
@@ -92,8 +95,21 @@ def get_config():
     # Epochs whose rewards are all NaN or whose prompt groups are all flat teach nothing (every advantage is
     # 0): the first is warned about; this many in a row stop the run. 0 = never stop.
     train.max_degenerate_epochs = 5
+    # What is optimised (ddpo_grpo/updates.py, losses.py): "grpo" = the PPO clipped surrogate on the stored
+    # transitions' log-probabilities (DDPO / Flow-GRPO); forward-process objectives on the rollout's final
+    # samples, noised again (no transition log-probs: deterministic rollouts, any sampler, CFG-free training):
+    # "awm" advantage-weighted matching, "nft" DiffusionNFT, "rwr" reward-weighted regression.
+    train.objective = "grpo"
+    train.forward_timesteps = 4  # forward objectives: noise levels per sample per epoch (K; one backward each)
+    train.forward_time = "uniform"  # their density: "uniform" (one per stratum of (0, 1)) | "logit_normal"
+    train.nft_beta = 1.0  # "nft": strength β of the implicit positive / negative policies (the paper's default)
+    train.rwr_temperature = 1.0  # "rwr": weights exp(A / τ), normalised to mean 1; τ → 0 = best of group
     train.num_inner_epochs = 1  # passes over the stored transitions per epoch (1 = single-pass DDPO)
-    train.clip_range = 1e-4  # PPO ratio clip ε: ratio is clipped to [1 − ε, 1 + ε]
+    # Trust region, PER SAMPLE: the per-sample ratio π_θ/π_old (the product over the latent's d dimensions)
+    # is clipped to [1 − ε, 1 + ε] to first order (internally the per-dimension ratio to 1 ± ε/d), so one
+    # value means the same at any resolution; train/approx_kl is per sample too. Converting a per-dimension
+    # clip (Flow-GRPO's 1e-4, DDPO's 1e-4): multiply it by d = C·h·w of the latent (docs/migration.md).
+    train.clip_range = 0.2
     train.adv_clip_max = 5.0  # advantages are clipped to [−adv_clip_max, adv_clip_max]
     train.adv_mode = "zscore"  # "zscore" | "mean" | "global_std" | "buffer" | "running" (ddpo_grpo/advantages.py)
     train.adv_buffer_size = 32  # "buffer" mode: rewards remembered per prompt across epochs
@@ -101,13 +117,16 @@ def get_config():
     train.adv_ema_decay = 0.9  # "running" mode: decay of the running reward mean/variance
     train.beta = 0.0  # KL coefficient β of β·KL(π_θ ‖ π_ref); 0 skips the reference forward entirely
     train.kl_estimator = "gaussian"  # "k1" | "k2" | "k3" | "gaussian" (closed form, same std)
-    train.kl_threshold = 0.0  # stop the inner epochs early when mean approx KL to the sampler exceeds it; 0 = off
+    train.kl_threshold = 0.0  # stop the inner epochs early when the mean per-sample approx KL to the sampler exceeds it; 0 = off
     train.loss_aggregation = "mean"  # "mean" over trained transitions | "sum_norm" (Dr. GRPO: Σ_steps / C)
     train.loss_norm_constant = 0.0  # C of "sum_norm"; 0 = the number of trained steps per sample
     train.timestep_fraction = 1.0  # fraction of each sample's stochastic steps that are trained
     train.timestep_selection = "first"  # "first" ⌈fraction·S⌉ steps | "random" subset per sample
     train.shuffle_steps = True  # permute each sample's trained steps every inner epoch (as ddpo-pytorch)
-    train.cfg = True  # use CFG in the training forward (must match sampling for an exact on-policy ratio)
+    train.cfg = True  # "grpo": use CFG in the training forward (must match sampling for an exact on-policy ratio)
+    # "grpo" with CFG: "keep" = the exact gradient through both branches; "detach" = none through the
+    # unconditional branch (Flow-GRPO's choice; the value, hence the ratio, is unchanged)
+    train.cfg_uncond_grad = "keep"
     train.use_lora = True  # LoRA adapters via peft; False = full fine-tuning of the denoiser
     train.lora_rank = 4
     train.lora_alpha = 4.0
@@ -162,6 +181,15 @@ def get_config():
     evaluation.per_prompt = 1  # samples per prompt when per_group is 0
     evaluation.limit = 0  # evaluate only the first N prompts (0 = all)
     evaluation.seed = 0  # initial-noise seed of the evaluation samples (fixed across epochs)
+
+    # ---- paired probe (ddpo_grpo/probe.py): learning you can see at small effect sizes ---------------------
+    # The same probe.prompts × probe.group_size samples (fixed prompts, initial and SDE noise) drawn with the
+    # training sampler before the first update and after every probe.freq epochs of training: probe/reward,
+    # probe/diff (paired difference to the untrained model) and probe/diff_se. 0 = off.
+    config.probe = probe = ml_collections.ConfigDict()
+    probe.freq = 0
+    probe.prompts = 16
+    probe.group_size = 4
 
     # ---- logging ------------------------------------------------------------------------------
     config.logging = logging = ml_collections.ConfigDict()

@@ -39,7 +39,7 @@ def tiny():
     config.sample.noise_level = 0.7
     config.train.batch_size = 4
     config.train.learning_rate = 1e-3
-    config.train.clip_range = 1e-3
+    config.train.clip_range = 1e-3 * 64  # 1e-3 per latent dimension × d = 4·4·4
     config.train.lora_rank = 8
     config.train.lora_alpha = 8.0
     config.reward.fns = {"jpeg_compressibility": 1.0}

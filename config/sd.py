@@ -50,7 +50,7 @@ def compressibility():
     set_optimizer_batch(config, 64)
     t.learning_rate = 3e-4
     t.num_inner_epochs = 1
-    t.clip_range = 1e-4
+    t.clip_range = 1e-4 * 4 * 64 * 64  # DDPO's 1e-4 per latent dimension × d (512 px: 4×64×64)
     t.adv_clip_max = 5.0
     t.adv_mode = "buffer"
     t.adv_buffer_size = 16

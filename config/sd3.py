@@ -103,13 +103,15 @@ def _flow_grpo(reward_name: str):
     set_optimizer_batch(config, FLOW_GRPO_IMAGES_PER_STEP)
     t.learning_rate = 3e-4
     t.num_inner_epochs = 1
-    t.clip_range = 1e-4  # Flow-GRPO's published clip range
+    t.clip_range = 1e-4 * 16 * 64 * 64  # Flow-GRPO's 1e-4 per latent dimension × d (512 px: 16×64×64)
     t.adv_clip_max = 5.0
     # Flow-GRPO's configs set global_std=True: A = (r − μ_prompt) / σ over the whole epoch's rewards,
     # which keeps near-flat groups from being blown up to ±1 (plain GRPO would be "zscore").
     t.adv_mode = "global_std"
     t.beta = 0.04
-    t.kl_estimator = "gaussian"
+    # Flow-GRPO's KL is the Gaussian KL × |Δσ| (÷ g² only, not ÷ the transition variance g²|Δσ|): with
+    # this estimator β means what Flow-GRPO's β means (losses.flow_grpo_kl; docs/migration.md)
+    t.kl_estimator = "flow_grpo"
     # Flow-GRPO trains int(0.99 × 10) = 9 of the 10 steps, skipping the last, almost-clean one;
     # here ⌈0.9 × 10⌉ = 9 first steps gives the same set.
     t.timestep_fraction = 0.9
@@ -160,7 +162,7 @@ def pickscore_fast():
     s.guidance_scale = 1.0  # no CFG; set 4.5 (with train.cfg True) to keep guidance
     t.cfg = False
     t.timestep_fraction = 1.0  # train every step of the window
-    t.clip_range = 1e-5
+    t.clip_range = 1e-5 * 16 * 64 * 64  # 1e-5 per latent dimension × d
     t.beta = 0.0
     return config
 

@@ -60,7 +60,7 @@ def _shapes(model: str):
     # 512-image gradient raised the reward, steps of 2 lowered it whichever the sign (docs/experiments/).
     t.optimizer = "sgd"
     t.learning_rate = 250.0
-    t.clip_range = 1e-2
+    t.clip_range = 1e-2 * 4 * 16 * 16  # 1e-2 per latent dimension × d (64 px: 4×16×16); see config/base.py
     t.adv_mode = "zscore"
     t.batch_size = 16
 

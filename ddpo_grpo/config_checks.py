@@ -11,10 +11,11 @@ import os
 
 from ddpo_grpo.advantages import ADVANTAGE_MODES
 from ddpo_grpo.errors import ConfigError
-from ddpo_grpo.losses import AGGREGATIONS, KL_ESTIMATORS
+from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
 from ddpo_grpo.sde import SDE_TYPES
 
 REFERENCE_UPDATES = ("fixed", "hard", "soft")
+OBJECTIVES = ("grpo", *FORWARD_OBJECTIVES)
 MIXED_PRECISION = ("no", "fp16", "bf16")
 TRACKERS = ("wandb", "tensorboard", "none")
 STEP_SELECTIONS = ("first", "random")
@@ -80,7 +81,17 @@ def validate(config, num_processes: int = 1) -> dict:
         _positive(p, f"train.{name}", t[name], allow_zero=True)
     _check_run_name(p, config)
     if t.clip_range <= 0:
-        p.append(f"train.clip_range={t.clip_range} must be > 0 (typical: 1e-4 for DDPO, 1e-3..0.2 for GRPO)")
+        p.append(f"train.clip_range={t.clip_range} must be > 0 (the per-sample ratio bound, e.g. 0.2)")
+    _choice(p, "train.objective", t.objective, OBJECTIVES)
+    _choice(p, "train.forward_time", t.forward_time, ("uniform", "logit_normal"))
+    _choice(p, "train.cfg_uncond_grad", t.cfg_uncond_grad, ("keep", "detach"))
+    _positive(p, "train.forward_timesteps", t.forward_timesteps)
+    if not (t.nft_beta > 0 and t.rwr_temperature > 0):
+        p.append(f"train.nft_beta={t.nft_beta} and train.rwr_temperature={t.rwr_temperature} must be > 0")
+    if t.objective == "grpo" and t.use_lora and t.lora_dropout > 0:
+        p.append(f"train.lora_dropout={t.lora_dropout} with train.objective='grpo': the stored log-probs must be "
+                 "recomputable exactly, and dropout changes them; set it to 0 (dropout is fine for the "
+                 "forward-process objectives)")
     if t.beta < 0 or t.kl_threshold < 0:
         p.append("train.beta and train.kl_threshold must be ≥ 0 (0 disables them)")
     if t.reference_update != "fixed" and t.reference_update_freq < 1:
@@ -127,6 +138,8 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "train.optimizer", config.train.get("optimizer", "adamw"), ("adamw", "sgd"))
     if not 0.0 <= config.train.get("sgd_momentum", 0.0) < 1.0:
         p.append(f"train.sgd_momentum={config.train.sgd_momentum} must be in [0, 1)")
+    for name in ("freq", "prompts", "group_size"):
+        _positive(p, f"probe.{name}", config.probe[name], allow_zero=name == "freq")
     ev = config.eval
     for name in ("freq", "limit", "per_group"):
         if ev[name] < 0:

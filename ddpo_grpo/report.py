@@ -166,8 +166,9 @@ def plot_metrics(run_dir, before_metrics: dict | None = None) -> Path | None:
     import matplotlib.pyplot as plt
 
     evaluated = [r for r in rows if metric_names(r)]
-    has_eval = bool(evaluated)
-    fig, axes = plt.subplots(1 + has_eval, 2, figsize=(11, 4 + 3.5 * has_eval), squeeze=False)
+    has_eval, has_probe = bool(evaluated), any(r.get("probe/diff") is not None for r in rows)
+    panels = 1 + has_probe + has_eval
+    fig, axes = plt.subplots(panels, 2, figsize=(11, 4 + 3.5 * (panels - 1)), squeeze=False)
     xs = {"epoch": [r["epoch"] for r in rows], "samples drawn": [r.get("progress/images_seen", 0) for r in rows]}
     for col, (label, x) in enumerate(xs.items()):
         ax = axes[0][col]
@@ -178,8 +179,10 @@ def plot_metrics(run_dir, before_metrics: dict | None = None) -> Path | None:
         ax.set_xlabel(label)
         ax.set_ylabel("reward")
         ax.grid(alpha=0.3)
+        if has_probe:
+            _plot_probe(axes[1][col], label, x, rows)
         if has_eval:
-            _plot_eval(axes[1][col], label, x, rows, evaluated[-1], before_metrics)
+            _plot_eval(axes[1 + has_probe][col], label, x, rows, evaluated[-1], before_metrics)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     out = report_dir(run_dir) / "metrics.png"
@@ -188,6 +191,21 @@ def plot_metrics(run_dir, before_metrics: dict | None = None) -> Path | None:
     plt.close(fig)
     os.replace(tmp, out)
     return out
+
+
+def _plot_probe(ax, label: str, x: list, rows: list[dict]) -> None:
+    """The paired probe's reward gain over the untrained model, ± 2 standard errors (ddpo_grpo/probe.py)."""
+    points = [(xv, r["probe/diff"], r.get("probe/diff_se") or 0.0) for xv, r in zip(x, rows)
+              if r.get("probe/diff") is not None]
+    xs, ds, ses = zip(*points)
+    ax.plot(xs, ds, marker=".", label="probe/diff")
+    ax.fill_between(xs, [d - 2 * e for d, e in zip(ds, ses)], [d + 2 * e for d, e in zip(ds, ses)], alpha=0.2,
+                    label="± 2 SE")
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel(label)
+    ax.set_ylabel("paired reward gain")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def _plot_eval(ax, label: str, x: list, rows: list[dict], last: dict, before: dict | None) -> None:

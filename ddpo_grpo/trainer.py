@@ -38,35 +38,18 @@ from ddpo_grpo.errors import ConfigError, RewardError
 from ddpo_grpo.evaluation import Evaluator, evaluate, every
 from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard
 from ddpo_grpo.logging_utils import MetricsLogger
-from ddpo_grpo.losses import aggregation_weight, kl_estimator, policy_loss
 from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, canonical_model, load_pipeline
+from ddpo_grpo.probe import PairedProbe
 from ddpo_grpo.prompts import PromptSampler, load_prompts
 from ddpo_grpo.reference import Reference
 from ddpo_grpo.report import RunReport
-from ddpo_grpo.rollout import Rollout, StepPlan, sample_rollout, transition_inputs
+from ddpo_grpo.rollout import Rollout, StepPlan, sample_rollout
 from ddpo_grpo.seeding import derive_seed
+from ddpo_grpo.updates import Stats, UpdateContext, make_update
 from ddpo_grpo.weights import EMA, trainable_parameters
 
 WEIGHT_DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
-
-
-class _Stats:
-    """Masked running sums of per-transition statistics, kept as device tensors (no sync per step)."""
-
-    def __init__(self):
-        self.sums: dict[str, torch.Tensor] = {}
-        self.counts: dict[str, torch.Tensor] = {}
-
-    def add(self, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
-        total = (values.detach().float() * mask).sum()
-        self.sums[name] = self.sums[name] + total if name in self.sums else total
-        self.counts[name] = self.counts[name] + mask.sum() if name in self.counts else mask.sum()
-
-    def mean(self, name: str) -> float:
-        if name not in self.sums or float(self.counts[name]) == 0:
-            return float("nan")
-        return float(self.sums[name] / self.counts[name])
 
 
 class Trainer:
@@ -236,12 +219,24 @@ class Trainer:
             fraction=t.timestep_fraction, selection=t.timestep_selection,
         )
         self.noise_level = s.noise_level if self.policy.noise_field == "sample.noise_level" else s.eta
-        if self.noise_level <= 0:
+        if self.noise_level <= 0 and s.share_group_noise:
+            raise ConfigError(
+                f"{self.policy.noise_field}=0 with sample.share_group_noise: deterministic sampling from one shared "
+                "initial noise makes every member of a group the same image (no advantage); turn one of them off"
+            )
+        if self.noise_level <= 0 and t.objective == "grpo":
             raise ConfigError(
                 f"{self.policy.noise_field}={self.noise_level}: with no noise every sampling step is deterministic "
                 f"and there is no transition to train; set {self.policy.noise_field} > 0 for this {type(self.policy).__name__}"
             )
+        self.update = make_update(UpdateContext(
+            config=cfg, policy=self.policy, model=self.model, acc=self.acc, params=self.params,
+            reference=self.reference, autocast=self.autocast, rank=self.rank,
+        ))
         self.evaluator = Evaluator(cfg, self.eval_reward) if cfg.eval.freq else None
+        p = cfg.probe
+        self.probe = PairedProbe(self.run_dir, self.prompt_sampler, num_prompts=p.prompts, group_size=p.group_size,
+                                 seed=cfg.seed) if p.freq else None
         report_rows = self.evaluator.rows if self.evaluator is not None else self.rows
         self.report = RunReport(
             self.run_dir, [report_rows[i % len(report_rows)] for i in range(cfg.logging.num_images)],
@@ -269,6 +264,10 @@ class Trainer:
         lines = [f"run directory: {self.run_dir}", f"model: {self.model_path} ({type(self.policy).__name__})"]
         lines += [f"{k}: {v}" for k, v in self.totals.items()]
         lines.append(f"trainable parameters: {sum(p.numel() for p in self.params.values()):,}")
+        if self.config.expected_minutes:
+            lines.append(f"expected duration: about {self.config.expected_minutes:.0f} min on a free 2-core CPU "
+                         "(more on a busy or slower machine: OMP_NUM_THREADS=1 then); --config.num_epochs trades "
+                         "time for gain")
         print("\n".join(lines), flush=True)
 
     def autocast(self):
@@ -341,6 +340,12 @@ class Trainer:
         stats = dict(self.reward.stats(all_per_reward, combined))
         stats.update(adv_stats)
         stats["reward/frac_nan"] = float(np.isnan(combined).mean())
+        group_by = self.config.eval.group_by
+        if group_by:  # the training reward per value of the prompt rows' group field (e.g. per task)
+            labels = [rows[i // s.group_size].get(group_by) for i in range(len(combined))]
+            for label in dict.fromkeys(x for x in labels if x is not None):
+                mine = np.asarray([x == label for x in labels])
+                stats[f"reward/{group_by}/{label}"] = float(np.nanmean(combined[mine]))
         # an epoch that teaches nothing (all rewards NaN, all groups flat: every advantage 0): warned once,
         # stopped after train.max_degenerate_epochs in a row
         stats["train/degenerate_epoch"] = int(self.degenerate.check(epoch, all_per_reward, combined, stats))
@@ -350,25 +355,34 @@ class Trainer:
 
     # ------------------------------------------------------------------ phase 3: training
     def train_phase(self, epoch: int, rollout: Rollout, advantages: torch.Tensor) -> dict:
+        """train.num_inner_epochs passes over this process's samples in shuffled minibatches; the updater of
+        train.objective (updates.py) back-propagates each minibatch; an optimizer step every
+        train.gradient_accumulation_steps minibatches; stop early when the mean approx-KL to the sampling
+        policy (per sample) exceeds train.kl_threshold."""
         cfg, t = self.config, self.config.train
         n, mb = len(rollout), t.batch_size
-        stats = _Stats()
+        stats = Stats()
         grad_norms, mismatch, inner_run = [], float("nan"), 0
         self.guard.start_epoch()
-        self.model.train()
+        self.update.prepare(epoch, rollout, advantages)
+        # eval mode for the transition objective: the recomputed log-probs must be the sampler's (no dropout)
+        self.model.train(t.objective != "grpo")
         for inner in range(t.num_inner_epochs):
             gen = torch.Generator().manual_seed(derive_seed(cfg.seed, epoch, self.rank, inner, 3))
             perm = torch.randperm(n, generator=gen)
             shuffled, adv = rollout.select(perm), advantages[perm.to(advantages.device)]
             if t.shuffle_steps:
                 shuffled = _shuffle_steps(shuffled, gen)
-            inner_stats = _Stats()
+            inner_stats = Stats()
             num_minibatches = n // mb
             for i in self._progress(range(num_minibatches), f"epoch {epoch}: training {inner + 1}/{t.num_inner_epochs}"):
                 idx = torch.arange(i * mb, (i + 1) * mb)
                 sync = (i + 1) % t.gradient_accumulation_steps == 0
                 first = inner == 0 and i == 0  # before any update: the on-policy check
-                diff = self._train_minibatch(shuffled.select(idx), adv[idx.to(adv.device)], sync, stats, inner_stats, first)
+                diff = self.update.minibatch(
+                    shuffled.select(idx), adv[idx.to(adv.device)], perm[idx], sync=sync, stats=stats,
+                    inner=inner_stats, check=first,
+                )
                 if first:
                     mismatch = diff
                 if sync:
@@ -377,6 +391,7 @@ class Trainer:
             approx_kl = self._reduce_mean(inner_stats.mean("approx_kl"))
             if t.kl_threshold > 0 and approx_kl > t.kl_threshold and inner + 1 < t.num_inner_epochs:
                 break
+        self.model.eval()
         out = {
             "train/loss": stats.mean("loss"), "train/policy_loss": stats.mean("policy_loss"),
             "train/kl": stats.mean("kl") if self.reference is not None else float("nan"),
@@ -384,62 +399,17 @@ class Trainer:
             "train/ratio_mean": stats.mean("ratio"),
             "train/grad_norm": float(np.mean([g for g in grad_norms if np.isfinite(g)] or [np.nan])),
         }
+        if t.objective != "grpo":
+            out["train/matching_loss"] = stats.mean("matching_loss")
+            if t.objective == "nft":
+                out["train/drift"] = stats.mean("drift")
         out = {k: self._reduce_mean(v) for k, v in out.items()}
         out["train/logp_mismatch"] = self._reduce_max(mismatch)
         out["train/inner_epochs_run"] = inner_run
         out["train/skipped_steps"] = self.guard.skipped
+        out["train/skipped_samples"] = self._reduce_sum(self.update.skipped)
         out["train/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
-
-    def _train_minibatch(
-        self, batch: Rollout, adv: torch.Tensor, sync: bool, stats: _Stats, inner_stats: _Stats, check: bool
-    ) -> float:
-        """Backward every trained transition of one minibatch.
-
-        Returns max |recomputed − stored log-prob| over its transitions when `check` (else NaN).
-        """
-        t, s = self.config.train, self.config.sample
-        guidance = s.guidance_scale if t.cfg else 1.0
-        k_steps = batch.train_steps.shape[1]
-        mask_all = batch.train_mask
-        constant = t.loss_norm_constant or k_steps
-        weight = aggregation_weight(
-            t.loss_aggregation, num_samples=len(batch), num_transitions=k_steps, constant=constant,
-            num_valid=int(mask_all.sum()),
-        ) / t.gradient_accumulation_steps
-        loss_fn, kl_fn = policy_loss("clipped"), kl_estimator(t.kl_estimator)
-        max_diff = torch.zeros((), device=batch.log_probs.device)
-        for k in range(k_steps):
-            x, timesteps, x_next, args, levels, j, valid = transition_inputs(batch, k)
-            rows = torch.arange(len(batch), device=j.device)
-            ref_step = None
-            if self.reference is not None:  # before the policy forward: see reference.py
-                ref_out = self.reference.predict(x, timesteps, batch.cond, guidance, self.autocast)
-                ref_step = self.policy.step(ref_out, x, args, levels, prev_sample=x_next)
-            last = sync and k == k_steps - 1
-            with contextlib.nullcontext() if last else self.acc.no_sync(self.model):
-                with self.autocast():
-                    out = self.policy.predict(self.model, x, timesteps, batch.cond, guidance)
-                step = self.policy.step(out, x, args, levels, prev_sample=x_next)
-                old = batch.log_probs[rows, j]  # [B]
-                policy_term, info = loss_fn(step.log_prob, old, adv, t.clip_range)
-                loss = policy_term
-                if ref_step is not None:
-                    kl = kl_fn(step.log_prob, ref_step.log_prob, mean=step.mean, ref_mean=ref_step.mean, std=step.std)
-                    loss = loss + t.beta * kl
-                mask = valid.float()
-                self.acc.backward((loss * mask).sum() * weight)
-            if check:
-                max_diff = torch.maximum(max_diff, ((step.log_prob.detach() - old).abs() * mask).max())
-            stats.add("loss", loss, mask)
-            stats.add("policy_loss", policy_term, mask)
-            stats.add("approx_kl", info["approx_kl"], mask)
-            stats.add("clipfrac", info["clipped"], mask)
-            stats.add("ratio", info["ratio"], mask)
-            inner_stats.add("approx_kl", info["approx_kl"], mask)  # for the KL early stop
-            if ref_step is not None:
-                stats.add("kl", kl, mask)
-        return float(max_diff) if check else float("nan")
 
     def _optimizer_step(self, epoch: int) -> float:
         """Clip and apply the accumulated gradient, or skip it when it is not finite (guard.py)."""
@@ -467,6 +437,12 @@ class Trainer:
         gathered = self.acc.gather(tensor)
         return float(torch.nanmean(gathered))
 
+    def _reduce_sum(self, value: float) -> float:
+        if self.acc.num_processes == 1:
+            return float(value)
+        tensor = torch.tensor([value], dtype=torch.float32, device=self.acc.device)
+        return float(self.acc.gather(tensor).sum())
+
     def _reduce_max(self, value: float) -> float:
         if self.acc.num_processes == 1:
             return float(value)
@@ -478,7 +454,7 @@ class Trainer:
         cfg = self.config
         if self.start_epoch == 0:
             self.record_before()
-        metrics = {}
+        metrics, epoch_times = {}, []
         for epoch in range(self.start_epoch, cfg.num_epochs):
             epoch_start = time.perf_counter()
             rollout, per_reward, timing = self.sample_phase(epoch)
@@ -493,12 +469,18 @@ class Trainer:
                 start = time.perf_counter()
                 metrics.update(self.evaluate())
                 timing["eval"] = time.perf_counter() - start
+            if self.probe is not None and every(epoch, cfg.probe.freq, last):
+                start = time.perf_counter()
+                metrics.update(self.measure_probe())
+                timing["probe"] = time.perf_counter() - start
             metrics.update({f"perf/{k}_s": v for k, v in timing.items()})
             metrics["perf/epoch_s"] = time.perf_counter() - epoch_start
             metrics["progress/images_seen"] = (epoch + 1) * self.totals["images_per_epoch"]
             self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
             if self.main:
-                print(_summary(epoch, metrics), flush=True)
+                epoch_times.append(metrics["perf/epoch_s"])
+                left = (cfg.num_epochs - epoch - 1) * float(np.median(epoch_times))
+                print(_summary(epoch, metrics) + f" (about {_duration(left)} to go)", flush=True)
             if every(epoch, cfg.logging.image_freq, last) and self.main:
                 self.report.log_grid(self.sample_fixed, self.logger, epoch=epoch, global_step=self.global_step)
             if every(epoch, cfg.save_freq, last):
@@ -527,6 +509,33 @@ class Trainer:
                 autocast=self.autocast, **kwargs,
             )
 
+    def _probe_sample(self, rows, seeds, generator, rng):
+        """Samples of `rows` with the training sampler (current weights), for the paired probe."""
+        s = self.config.sample
+        rollout = sample_rollout(
+            self.policy, self.policy.denoiser, rows, seeds=seeds, num_steps=s.num_steps, guidance_scale=s.guidance_scale,
+            noise_level=self.noise_level, plan=self.plan, generator=generator, rng=rng,
+            negative_prompt=s.negative_prompt, autocast=self.autocast,
+        )
+        return rollout.samples.cpu()
+
+    def _probe_score(self, samples, rows):
+        prompts = [r["prompt"] for r in rows]
+        metadata = [{k: v for k, v in r.items() if k != "prompt"} for r in rows]
+        return self.reward.combine(self.reward(samples, prompts, metadata)[0])
+
+    def measure_probe(self) -> dict:
+        """probe/* metrics (main process; the others wait). Before the first update it records the baseline."""
+        metrics = {}
+        if self.main:
+            rewards = self.probe.measure(self._probe_sample, self._probe_score, self.config.sample.batch_size,
+                                         self.acc.device)
+            if self.probe.before is None:
+                self.probe.record_before(rewards)
+            metrics = self.probe.metrics(rewards)
+        self.acc.wait_for_everyone()
+        return metrics
+
     def evaluate(self) -> dict:
         """eval/* metrics of the evaluation hook, computed by the main process (the others wait)."""
         metrics = self.evaluator(self.sample_fixed) if self.main else {}
@@ -536,6 +545,8 @@ class Trainer:
     def record_before(self) -> None:
         """Before the first update: the evaluation (with eval.freq) and the report's fixed-prompt samples."""
         metrics = self.evaluate() if self.evaluator is not None else {}
+        if self.probe is not None and self.probe.before is None:
+            metrics.update(self.measure_probe())
         if self.main:
             self.report.before(self.sample_fixed, metrics)
         self.acc.wait_for_everyone()
@@ -650,7 +661,12 @@ def _shuffle_steps(rollout: Rollout, gen: torch.Generator) -> Rollout:
     return rollout
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
 def _summary(epoch: int, m: dict) -> str:
-    keys = ["reward/mean", "reward/std", "train/approx_kl", "train/clipfrac", "train/logp_mismatch", "perf/epoch_s"]
+    keys = ["reward/mean", "reward/std", "probe/diff", "train/approx_kl", "train/clipfrac", "train/logp_mismatch",
+            "perf/epoch_s"]
     parts = [f"{k.split('/', 1)[1]}={m[k]:.4g}" for k in keys if k in m and m[k] == m[k]]
     return f"epoch {epoch}: " + " ".join(parts)

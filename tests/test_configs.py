@@ -113,6 +113,7 @@ def test_recipe_values(monkeypatch):
     assert sd3.pretrained.model == "stabilityai/stable-diffusion-3.5-medium"
     assert (sd3.sample.num_steps, sd3.sample.eval_num_steps, sd3.sample.group_size) == (10, 40, 24)
     assert (sd3.train.lora_rank, sd3.train.lora_alpha, sd3.train.beta) == (32, 64.0, 0.01)
+    assert sd3.train.kl_estimator == "flow_grpo"  # so that β is Flow-GRPO's β
     assert trained_steps_per_sample(sd3) == 9
     fast = load("config.sd3", "pickscore_fast", monkeypatch, 1)
     assert fast.sample.sde_window_size in (2, 3)
@@ -121,7 +122,8 @@ def test_recipe_values(monkeypatch):
     assert trained_steps_per_sample(fast) == fast.sample.sde_window_size < trained_steps_per_sample(sd3)
     sd = load("config.sd", "compressibility", monkeypatch, 1)
     assert (sd.sample.num_steps, sd.sample.eta, sd.sample.guidance_scale) == (50, 1.0, 5.0)
-    assert (sd.train.adv_mode, sd.train.clip_range, sd.train.timestep_fraction) == ("buffer", 1e-4, 1.0)
+    # DDPO's 1e-4 per latent dimension, as a per-sample clip over the 4×64×64 latent of 512 px
+    assert (sd.train.adv_mode, sd.train.clip_range, sd.train.timestep_fraction) == ("buffer", 1e-4 * 16384, 1.0)
     incompressibility = load("config.sd", "incompressibility", monkeypatch, 1)
     assert incompressibility.reward.fns.to_dict() == {"jpeg_incompressibility": 1.0}
     assert load("config.sd", "aesthetic", monkeypatch, 1).reward.fns.to_dict() == {"aesthetic": 1.0}

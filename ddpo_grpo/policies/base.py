@@ -9,6 +9,8 @@ A subclass provides:
     latent_shape()                            -> shape of one latent / sample without the batch dim
     encode_prompts(prompts, negative_prompt)  -> cond: dict of tensors with batch dim first;
                                                  keys "neg_<k>" hold the unconditional twin of "<k>"
+    encode_rows(rows, negative_prompt)        -> cond of dataset rows (what the rollout calls; default: the
+                                                 rows' prompts through encode_prompts)
     schedule(num_steps)                       -> Schedule (denoiser timesteps + kernel scalars per step)
     check(schedule, noise_levels)             -> ValueError unless the kernel accepts them; called once per
                                                  rollout, so that step() can skip per-step validation
@@ -134,6 +136,11 @@ class Policy:
     def encode_prompts(self, prompts: list[str], negative_prompt: str = "") -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def encode_rows(self, rows: list[dict], negative_prompt: str = "") -> dict[str, torch.Tensor]:
+        """The condition of dataset rows, what the rollout stores per sample: by default `encode_prompts` of their
+        prompts; an image-conditioned family also reads other fields (`policies.ip2p`: `source_image`)."""
+        return self.encode_prompts([r["prompt"] for r in rows], negative_prompt)
+
     def schedule(self, num_steps: int) -> Schedule:
         raise NotImplementedError
 
@@ -159,12 +166,16 @@ class Policy:
         return samples
 
     # ---- shared logic ---------------------------------------------------------------------------
-    def predict(self, model, latents, timesteps, cond, guidance_scale: float) -> torch.Tensor:
+    def predict(
+        self, model, latents, timesteps, cond, guidance_scale: float, detach_uncond: bool = False
+    ) -> torch.Tensor:
         """Denoiser output with classifier-free guidance when guidance_scale > 1.
 
         CFG (Ho & Salimans 2022): ε̃ = ε(x, ∅) + w·(ε(x, c) − ε(x, ∅)). Both branches run as one batch of
         2B, unconditional first, exactly as the diffusers pipelines do, so that sampling and training
-        (which both call this method) see identical arithmetic.
+        (which both call this method) see identical arithmetic. `detach_uncond` stops the gradient
+        through ε(x, ∅) (Flow-GRPO's choice): the value is unchanged, the gradient w·∇ε(x, c) instead of the
+        exact (1 − w)·∇ε(x, ∅) + w·∇ε(x, c) (`train.cfg_uncond_grad`).
             latents: [B, C, h, w]; timesteps: [B]; cond: dict of [B, ...] -> [B, C, h, w]
         """
         positive = {k: v for k, v in cond.items() if not k.startswith("neg_")}
@@ -173,6 +184,8 @@ class Policy:
         both = {k: torch.cat([cond["neg_" + k], v]) for k, v in positive.items()}  # [2B, ...]
         out = self.forward(model, torch.cat([latents, latents]), torch.cat([timesteps, timesteps]), both)
         uncond, text = out.chunk(2)  # [B, C, h, w] each
+        if detach_uncond:
+            uncond = uncond.detach()
         return uncond + guidance_scale * (text - uncond)
 
     # ---- LoRA and export ------------------------------------------------------------------------

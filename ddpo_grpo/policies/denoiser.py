@@ -118,11 +118,11 @@ class DenoiserPolicy(Policy):
     def forward(self, model, latents, timesteps, cond):
         return self.pipeline.call_denoiser(model, latents, timesteps, cond)
 
-    def predict(self, model, latents, timesteps, cond, guidance_scale: float) -> torch.Tensor:
+    def predict(self, model, latents, timesteps, cond, guidance_scale: float, detach_uncond: bool = False):
         """`Policy.predict`; without a condition (unconditional pipeline) one pass, whatever the guidance scale."""
         if not cond:
             return self.forward(model, latents, timesteps, {})
-        return super().predict(model, latents, timesteps, cond, guidance_scale)
+        return super().predict(model, latents, timesteps, cond, guidance_scale, detach_uncond)
 
     def step(self, model_output, latents, kernel_args, noise_level, *, prev_sample=None, generator=None) -> Step:
         a_t, a_prev = kernel_args["alpha_prod_t"], kernel_args["alpha_prod_t_prev"]
