@@ -88,7 +88,12 @@ def get_config():
     train.adam_weight_decay = 1e-4
     train.adam_epsilon = 1e-8
     train.warmup_steps = 0  # linear learning-rate warm-up over the first N optimizer steps
-    train.max_grad_norm = 1.0  # gradient-norm clipping; logged before clipping as train/grad_norm
+    # Gradient-norm clipping, logged before clipping as train/grad_norm: the norm is capped at
+    # min(max_grad_norm, grad_norm_ratio × median of the last 20 steps' norms) (after 5 steps; ratio 0 = off).
+    # The absolute cap is a backstop (policy-gradient norms are often ~1e-3, far below 1); the relative one
+    # is what acts, on spikes. train/grad_clipped counts the clipped steps of an epoch.
+    train.max_grad_norm = 1.0
+    train.grad_norm_ratio = 3.0
     # Fail-safe (ddpo_grpo/guard.py): a step whose gradient norm is NaN / inf is skipped (train/skipped_steps);
     # this many skips in a row, or a non-finite weight, stop the run (exit status 1) naming the likely cause.
     train.max_consecutive_skips = 3

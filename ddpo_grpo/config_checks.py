@@ -86,6 +86,9 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "train.forward_time", t.forward_time, ("uniform", "logit_normal"))
     _choice(p, "train.cfg_uncond_grad", t.cfg_uncond_grad, ("keep", "detach"))
     _positive(p, "train.forward_timesteps", t.forward_timesteps)
+    if not (t.max_grad_norm > 0 and t.grad_norm_ratio >= 0):
+        p.append(f"train.max_grad_norm={t.max_grad_norm} must be > 0 and train.grad_norm_ratio={t.grad_norm_ratio} "
+                 "≥ 0 (0 = no relative clip)")
     if not (t.nft_beta > 0 and t.rwr_temperature > 0):
         p.append(f"train.nft_beta={t.nft_beta} and train.rwr_temperature={t.rwr_temperature} must be > 0")
     if t.objective == "grpo" and t.use_lora and t.lora_dropout > 0:

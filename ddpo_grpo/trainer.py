@@ -49,6 +49,8 @@ from ddpo_grpo.updates import Stats, UpdateContext, make_update
 from ddpo_grpo.weights import EMA, trainable_parameters
 
 WEIGHT_DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+GRAD_NORM_WINDOW = 20  # optimizer steps whose median gradient norm sets the relative clip (train.grad_norm_ratio)
+GRAD_NORM_MIN_HISTORY = 5  # no relative clip before this many steps
 
 
 
@@ -85,6 +87,7 @@ class Trainer:
         self._setup_optimizer()
         self._setup_data_and_rewards()
         self.start_epoch, self.global_step = 0, 0
+        self.grad_norm_history, self.grad_clipped = [], 0
         if config.resume_from:
             self._resume(config.resume_from)
         self.logger = MetricsLogger(
@@ -364,6 +367,7 @@ class Trainer:
         stats = Stats()
         grad_norms, mismatch, inner_run = [], float("nan"), 0
         self.guard.start_epoch()
+        self.grad_clipped = 0
         self.update.prepare(epoch, rollout, advantages)
         # eval mode for the transition objective: the recomputed log-probs must be the sampler's (no dropout)
         self.model.train(t.objective != "grpo")
@@ -407,6 +411,7 @@ class Trainer:
         out["train/logp_mismatch"] = self._reduce_max(mismatch)
         out["train/inner_epochs_run"] = inner_run
         out["train/skipped_steps"] = self.guard.skipped
+        out["train/grad_clipped"] = self.grad_clipped
         out["train/skipped_samples"] = self._reduce_sum(self.update.skipped)
         out["train/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
@@ -418,10 +423,16 @@ class Trainer:
             scale = min(1.0, (self.global_step + 1) / t.warmup_steps)
             for group in self.optimizer.param_groups:
                 group["lr"] = t.learning_rate * scale
-        norm = float(self.acc.clip_grad_norm_(list(self.params.values()), t.max_grad_norm))
+        cap = t.max_grad_norm  # absolute, and relative to the recent norms (spikes): see config/base.py
+        recent = self.grad_norm_history[-GRAD_NORM_WINDOW:]
+        if t.grad_norm_ratio > 0 and len(recent) >= GRAD_NORM_MIN_HISTORY:
+            cap = min(cap, t.grad_norm_ratio * float(np.median(recent)))
+        norm = float(self.acc.clip_grad_norm_(list(self.params.values()), cap))
         if not self.guard.allow(norm, epoch):  # the same norm on every process: all skip together
             self.optimizer.zero_grad(set_to_none=True)
             return norm
+        self.grad_clipped += norm > cap
+        self.grad_norm_history.append(norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.guard.check_weights(self.params, epoch)
@@ -561,6 +572,7 @@ class Trainer:
                 tensors["reference"] = self.reference.state_dict()
             state = {
                 "epoch": epoch, "global_step": self.global_step, "tracker": self.tracker.state_dict(),
+                "grad_norms": self.grad_norm_history[-GRAD_NORM_WINDOW:],
                 "rng": ckpt.rng_state(), "config": json.loads(self.config.to_json()),
             }
             ckpt.save_checkpoint(
@@ -586,6 +598,7 @@ class Trainer:
         self.tracker.load_state_dict(state["tracker"])
         ckpt.set_rng_state(state["rng"])
         self.start_epoch, self.global_step = state["epoch"] + 1, state["global_step"]
+        self.grad_norm_history = list(state.get("grad_norms", []))
         if self.main:
             print(f"resumed from {found} (continuing at epoch {self.start_epoch})", flush=True)
 

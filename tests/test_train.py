@@ -335,3 +335,14 @@ def test_sgd_optimizer_steps_along_the_gradient(tmp_path, tiny_dirs):
         torch.testing.assert_close(p.detach(), before[k] - 50.0 * captured[k], rtol=1e-5, atol=1e-7)
         moved += int((p.detach() != before[k]).any())
     assert moved > 0
+
+
+def test_relative_gradient_clip_acts_on_spikes_after_its_warm_up(tmp_path, tiny_dirs):
+    """train.grad_norm_ratio caps a step's gradient norm at ratio × the median of the recent steps' norms: with a
+    ratio below 1 most steps are clipped once 5 norms are known, none before; the absolute cap alone never acts."""
+    config = _config(tmp_path, tiny_dirs["sd3"], num_epochs=3, **{"train.grad_norm_ratio": 0.5})
+    rows = _metrics(_run(config).run_dir)
+    clipped = [r["train/grad_clipped"] for r in rows]  # 4 optimizer steps per epoch
+    assert clipped[0] == 0 and clipped[1] >= 2 and clipped[2] >= 3, clipped
+    off = _config(tmp_path / "off", tiny_dirs["sd3"], num_epochs=2, **{"train.grad_norm_ratio": 0.0})
+    assert all(r["train/grad_clipped"] == 0 for r in _metrics(_run(off).run_dir))
