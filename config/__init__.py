@@ -1,1 +1,1 @@
-"""ml-collections experiment configs: `base.py` defines every field; other files override it."""
+"""ml-collections experiment configs: ``base.py`` defines every field; other files override it."""

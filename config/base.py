@@ -1,8 +1,8 @@
 """Every configuration field, documented where it is defined.
 
 Conventions: "per process" numbers are per GPU / per accelerate process; global totals are derived as
-shown. Named experiments (`config/sd.py`, `config/sd3.py`, `config/shapes.py`, `config/quickstart.py`)
-are small functions that start from `get_config()` here and override fields.
+shown. Named experiments (``config/sd.py``, ``config/sd3.py``, ``config/shapes.py``, ``config/quickstart.py``)
+are small functions that start from ``get_config()`` here and override fields.
 
 Batch arithmetic (P = number of processes):
     images per epoch        = sample.batch_size × sample.num_batches_per_epoch × P
@@ -122,7 +122,9 @@ def get_config():
     train.adv_ema_decay = 0.9  # "running" mode: decay of the running reward mean/variance
     train.beta = 0.0  # KL coefficient β of β·KL(π_θ ‖ π_ref); 0 skips the reference forward entirely
     train.kl_estimator = "gaussian"  # "k1" | "k2" | "k3" | "gaussian" (closed form, same std)
-    train.kl_threshold = 0.0  # stop the inner epochs early when the mean per-sample approx KL to the sampler exceeds it; 0 = off
+    train.kl_threshold = (
+        0.0  # stop the inner epochs early when the mean per-sample approx KL to the sampler exceeds it; 0 = off
+    )
     train.loss_aggregation = "mean"  # "mean" over trained transitions | "sum_norm" (Dr. GRPO: Σ_steps / C)
     train.loss_norm_constant = 0.0  # C of "sum_norm"; 0 = the number of trained steps per sample
     train.timestep_fraction = 1.0  # fraction of each sample's stochastic steps that are trained

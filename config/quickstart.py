@@ -1,13 +1,13 @@
-"""What `python scripts/train.py` runs with no argument.
+"""What ``python scripts/train.py`` runs with no argument.
 
 quickstart (default): GRPO on the shipped ShapesWorld SD3 model (worlds/shapes/models/sd3) with the
-    `shapes` reward, Flow-GRPO SDE and LoRA, sized for a 2-core CPU: it is config/shapes.py:sd3_quick
+    ``shapes`` reward, Flow-GRPO SDE and LoRA, sized for a 2-core CPU: it is config/shapes.py:sd3_quick
     (the recipe and its reasons are documented there). It prints the held-out accuracy per task
     before → after at the end; outputs go to logs/<timestamp>/ (report/, final/, metrics.jsonl).
 
 tiny: the machinery alone in about a minute: a tiny random-weight SD3 pipeline built locally under
     <logdir>/_tiny/sd3, JPEG compressibility, 32 px (the reward stays flat: random weights learn
-    nothing in 10 epochs). Used by the tests and the benchmark; `--config config/quickstart.py:tiny`.
+    nothing in 10 epochs). Used by the tests and the benchmark; ``--config config/quickstart.py:tiny``.
 
 Batch arithmetic of tiny (1 process): 8 images × 2 batches = 16 images per epoch = 4 prompts × group
 of 4; 16 samples / train.batch_size 4 = 4 minibatches = 4 optimizer steps per epoch, each over

@@ -3,7 +3,7 @@
     python scripts/train.py --config config/sd.py:compressibility
     accelerate launch --num_processes 8 scripts/train.py --config config/sd.py:aesthetic
 
-Recipe (values from ddpo-pytorch's published `config/dgx.py`): DDIM with η = 1, 50 steps, CFG 5.0,
+Recipe (values from ddpo-pytorch's published ``config/dgx.py``): DDIM with η = 1, 50 steps, CFG 5.0,
 512 px, LoRA, lr 3e-4, PPO clip 1e-4, advantages clipped to ±5, every step trained, one inner epoch,
 256 images per epoch (8 GPUs × 8 × 4 there), per-prompt reward buffers across epochs.
 

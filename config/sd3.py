@@ -3,19 +3,19 @@
     python scripts/train.py --config config/sd3.py:pickscore
     accelerate launch --num_processes 8 scripts/train.py --config config/sd3.py:pickscore_fast
 
-Recipe shared by every experiment here (values from Flow-GRPO's published `config/grpo.py`):
+Recipe shared by every experiment here (values from Flow-GRPO's published ``config/grpo.py``):
 10 SDE steps per training rollout (40 ODE steps for evaluation), CFG 4.5, 512 px, group of 24 images
 per prompt, 48 prompts = 1152 images per epoch, two optimizer steps per epoch, LoRA r=32 / α=64,
 lr 3e-4, PPO clip 1e-4, KL β·KL(π_θ ‖ π_ref) to the base model.
 
 No GPU count is written down: the GLOBAL sizes (images per epoch, images per optimizer step) are fixed
 and the per-process numbers are derived from the process count P, read from WORLD_SIZE (set by
-`accelerate launch` / `torchrun`; 1 for a plain `python scripts/train.py`). A P that does not divide
+``accelerate launch`` / ``torchrun``; 1 for a plain ``python scripts/train.py``). A P that does not divide
 them raises ValueError when the config is loaded. The derived numbers are computed once, at load:
 a command-line override of sample.batch_size or train.batch_size must come with matching
 --config.sample.num_batches_per_epoch / --config.train.gradient_accumulation_steps.
 
-`num_processes`, `set_epoch_size` and `set_optimizer_batch` are shared with config/sd.py.
+``num_processes``, ``set_epoch_size`` and ``set_optimizer_batch`` are shared with config/sd.py.
 """
 
 import os

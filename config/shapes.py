@@ -7,7 +7,7 @@
 
 Reward: the ShapesWorld judge (reward_models/shapes.py) on train-split prompts; evaluation: the same
 judge on the held-out test split (compositions never seen in training), deterministic ODE / DDIM η=0
-samples from fixed seeds, 48 images per task, `eval/task_mean/strict` being the headline number.
+samples from fixed seeds, 48 images per task, ``eval/task_mean/strict`` being the headline number.
 
 Choices for a CPU budget, from the runs recorded in docs/experiments/2026-11-22-shapesworld-grpo.md:
   - prompts.stratify_by = "task": the train split is 75 % position prompts; equal shares per task
@@ -135,5 +135,7 @@ def sd_long():
 
 def get_config(name="sd3_quick"):
     if name not in {"sd3_quick", "sd_quick", "sd3_long", "sd_long"}:
-        raise ValueError(f"config/shapes.py has no experiment {name!r}; choose sd3_quick, sd_quick, sd3_long or sd_long")
+        raise ValueError(
+            f"config/shapes.py has no experiment {name!r}; choose sd3_quick, sd_quick, sd3_long or sd_long"
+        )
     return globals()[name]()

@@ -41,12 +41,13 @@ non-zero advantage there if its history has spread. In *every* mode
 ``adv/frac_zero_std`` reports the fraction of this batch's groups that are flat
 (single-member groups count as flat).
 """
+
 from __future__ import annotations
 
 import collections
 import dataclasses
 import math
-from typing import Callable, Deque, Dict, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -97,9 +98,9 @@ class _Groups:
     flat: np.ndarray
 
     @classmethod
-    def build(cls, prompts: Sequence[str], rewards: np.ndarray) -> "_Groups":
+    def build(cls, prompts: Sequence[str], rewards: np.ndarray) -> _Groups:
         """Group ``rewards`` ([N] float64) by ``prompts`` without assuming contiguity."""
-        key_to_id: Dict[str, int] = {}
+        key_to_id: dict[str, int] = {}
         index = np.fromiter(
             (key_to_id.setdefault(p, len(key_to_id)) for p in prompts), dtype=np.int64, count=len(prompts)
         )  # [N]
@@ -125,13 +126,13 @@ def _batch_stats(rewards: np.ndarray) -> tuple[float, float, bool]:
 # --------------------------------------------------------------------------- #
 # Modes: fn(tracker, rewards [N], groups) -> (centre [N], scale [N], flat [N]) #
 # --------------------------------------------------------------------------- #
-def _mode_zscore(tracker: "PerPromptStatTracker", rewards: np.ndarray, groups: _Groups):
+def _mode_zscore(tracker: PerPromptStatTracker, rewards: np.ndarray, groups: _Groups):
     """GRPO: ``A_i = (r_i - mu_g) / max(sigma_g, eps)`` with this batch's group stats."""
     g = groups.index
     return groups.mean[g], groups.std[g], groups.flat[g]
 
 
-def _mode_mean(tracker: "PerPromptStatTracker", rewards: np.ndarray, groups: _Groups):
+def _mode_mean(tracker: PerPromptStatTracker, rewards: np.ndarray, groups: _Groups):
     """Dr. GRPO: ``A_i = r_i - mu_g`` (centring only, no std division).
 
     Dividing by ``sigma_g`` up-weights prompts that are too easy or too hard
@@ -142,14 +143,14 @@ def _mode_mean(tracker: "PerPromptStatTracker", rewards: np.ndarray, groups: _Gr
     return groups.mean[g], np.ones_like(rewards), groups.flat[g]
 
 
-def _mode_global_std(tracker: "PerPromptStatTracker", rewards: np.ndarray, groups: _Groups):
+def _mode_global_std(tracker: PerPromptStatTracker, rewards: np.ndarray, groups: _Groups):
     """``A_i = (r_i - mu_g) / max(sigma_batch, eps)``: group centring, batch-wide scale."""
     g = groups.index
     _, batch_std, _ = _batch_stats(rewards)
     return groups.mean[g], np.full_like(rewards, batch_std), groups.flat[g]
 
 
-def _mode_buffer(tracker: "PerPromptStatTracker", rewards: np.ndarray, groups: _Groups):
+def _mode_buffer(tracker: PerPromptStatTracker, rewards: np.ndarray, groups: _Groups):
     """DDPO-style per-prompt history buffers that persist across ``update`` calls.
 
     For each prompt ``g`` the batch's rewards are first appended (in input
@@ -182,7 +183,7 @@ def _mode_buffer(tracker: "PerPromptStatTracker", rewards: np.ndarray, groups: _
     return centre_g[g], scale_g[g], flat_g[g]
 
 
-def _mode_running(tracker: "PerPromptStatTracker", rewards: np.ndarray, groups: _Groups):
+def _mode_running(tracker: PerPromptStatTracker, rewards: np.ndarray, groups: _Groups):
     """Group centring with a running (EMA) global scale.
 
     With decay ``d`` the running moments are updated *before* use:
@@ -209,7 +210,7 @@ def _mode_running(tracker: "PerPromptStatTracker", rewards: np.ndarray, groups: 
 
 
 #: Advantage modes: name -> fn(tracker, rewards [N], groups) -> (centre, scale, flat), each [N].
-ADVANTAGE_MODES: Dict[str, Callable] = {
+ADVANTAGE_MODES: dict[str, Callable] = {
     "zscore": _mode_zscore,
     "mean": _mode_mean,
     "global_std": _mode_global_std,
@@ -284,11 +285,11 @@ class PerPromptStatTracker:
         self.ema_decay = float(ema_decay)
         self.eps = float(eps)
         self.clip = None if clip is None else float(clip)
-        self._buffers: Dict[str, Deque[float]] = {}
+        self._buffers: dict[str, collections.deque[float]] = {}
         self._running_mean: float | None = None
         self._running_var: float | None = None
         self._num_updates = 0
-        self._last_extra: Dict[str, float] = {}
+        self._last_extra: dict[str, float] = {}
 
     # ------------------------------------------------------------------ #
     @staticmethod

@@ -1,12 +1,11 @@
 """Command-line helpers shared by the scripts: argument errors that name the flag, and loading
-what `--model` and `--prompts` point at (a pipeline directory, a hub id or a run's output; a built-in
+what ``--model`` and ``--prompts`` point at (a pipeline directory, a hub id or a run's output; a built-in
 prompt set or a prompt file)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
 
 from ddpo_grpo.errors import UserError
 
@@ -16,9 +15,9 @@ class UsageError(UserError):
 
 
 def run_main(fn, *, debug: bool = False, out=None) -> int:
-    """Run `fn()` as a command: 0 on success; a bad input (`UserError`) prints its message and gives 2, a run
-    that stopped itself (`guard.TrainingStopped`, a refused non-finite save) prints why and gives 1 — both
-    without a traceback unless `debug`. Anything else is a bug and propagates with its traceback."""
+    """Run ``fn()`` as a command: 0 on success; a bad input (``UserError``) prints its message and gives 2, a run
+    that stopped itself (``guard.TrainingStopped``, a refused non-finite save) prints why and gives 1 — both
+    without a traceback unless ``debug``. Anything else is a bug and propagates with its traceback."""
     import sys
 
     from ddpo_grpo.checkpoint import NonFiniteError
@@ -41,8 +40,8 @@ def run_main(fn, *, debug: bool = False, out=None) -> int:
 
 
 def load_config(argv: list[str], default: str):
-    """The ml-collections config of a command line: `--config path/to/file.py[:name]` (default `default`) and
-    `--config.a.b=value` overrides. Every problem is a UsageError naming the flag and the fix (unknown fields
+    """The ml-collections config of a command line: ``--config path/to/file.py[:name]`` (default ``default``) and
+    ``--config.a.b=value`` overrides. Every problem is a UsageError naming the flag and the fix (unknown fields
     get the nearest field names), instead of absl's traceback."""
     import difflib
 
@@ -61,7 +60,9 @@ def load_config(argv: list[str], default: str):
         raise UsageError(f"--config {spec!r}: no such file {path!r}; give path/to/file.py[:experiment]")
     unknown = [a for a in argv[1:] if a.startswith("-") and not a.startswith("--config") and a != "--"]
     if unknown:
-        raise UsageError(f"unknown option {unknown[0]!r}; options: --config FILE[:NAME], --config.<field>=<value>, --debug")
+        raise UsageError(
+            f"unknown option {unknown[0]!r}; options: --config FILE[:NAME], --config.<field>=<value>, --debug"
+        )
 
     def parse(args):
         values = flags.FlagValues()
@@ -79,7 +80,7 @@ def load_config(argv: list[str], default: str):
     for arg in argv[1:]:
         if not arg.startswith("--config."):
             continue
-        field = arg[len("--config."):].split("=", 1)[0]
+        field = arg[len("--config.") :].split("=", 1)[0]
         node, parts = config, field.split(".")
         for depth, part in enumerate(parts):
             keys = list(node.keys()) if hasattr(node, "keys") else []
@@ -87,8 +88,10 @@ def load_config(argv: list[str], default: str):
                 where = ".".join(parts[:depth]) or "the config"
                 near = difflib.get_close_matches(part, keys, n=3)
                 hint = f"; did you mean {', '.join(repr('.'.join(parts[:depth] + [n])) for n in near)}?" if near else ""
-                raise UsageError(f"--config.{field}: {where} has no field {part!r}{hint} (every field is documented "
-                                 "in config/base.py)")
+                raise UsageError(
+                    f"--config.{field}: {where} has no field {part!r}{hint} (every field is documented "
+                    "in config/base.py)"
+                )
             node = node[part]
     try:
         return parse(argv)
@@ -106,12 +109,17 @@ def load_rows(source: str) -> list[dict]:
 
 
 def _looks_like_path(model: str) -> bool:
-    """True when `model` can only be meant as a local path (a hub id is `name` or `org/name`)."""
-    return os.path.isabs(model) or model.startswith((".", "~")) or model.count("/") > 1 or (os.sep != "/" and os.sep in model)
+    """True when ``model`` can only be meant as a local path (a hub id is ``name`` or ``org/name``)."""
+    return (
+        os.path.isabs(model)
+        or model.startswith((".", "~"))
+        or model.count("/") > 1
+        or (os.sep != "/" and os.sep in model)
+    )
 
 
 def check_model_source(model: str) -> str | None:
-    """Why `model` (a pipeline directory, a run's output, a factory file or a hub id) cannot be loaded, or None.
+    """Why ``model`` (a pipeline directory, a run's output, a factory file or a hub id) cannot be loaded, or None.
 
     Cheap checks only, before anything is loaded: a local path must exist and look like a pipeline or a run's
     output; a factory file ("path/to/file.py:fn") must exist; a hub id must be in the local cache when
@@ -129,8 +137,10 @@ def check_model_source(model: str) -> str | None:
             return f"{model!r} is a file; expected a pipeline directory, a run's output or a hub id"
         markers = (path / "model_index.json", path / FINAL_MANIFEST, path / "final" / FINAL_MANIFEST)
         if not any(m.is_file() for m in markers):
-            return (f"{model!r} is neither a diffusers pipeline directory (no model_index.json) nor a run's output "
-                    f"(no {FINAL_MANIFEST}; a training run writes final/ only when it ends)")
+            return (
+                f"{model!r} is neither a diffusers pipeline directory (no model_index.json) nor a run's output "
+                f"(no {FINAL_MANIFEST}; a training run writes final/ only when it ends)"
+            )
         return None
     if _looks_like_path(model):
         return f"{model!r}: no such directory"
@@ -140,13 +150,15 @@ def check_model_source(model: str) -> str | None:
         except ImportError:
             return None
         if not isinstance(try_to_load_from_cache(model, "model_index.json"), str):
-            return (f"{model!r} is neither a local directory nor in the local hub cache, and HF_HUB_OFFLINE is set: "
-                    f"download it first (`hf download {model}`) or give a local pipeline directory")
+            return (
+                f"{model!r} is neither a local directory nor in the local hub cache, and HF_HUB_OFFLINE is set: "
+                f"download it first (`hf download {model}`) or give a local pipeline directory"
+            )
     return None
 
 
 def load_model(model: str):
-    """The pipeline `model` names (a pipeline directory, a run's output, a factory file or a hub id), or a
+    """The pipeline ``model`` names (a pipeline directory, a run's output, a factory file or a hub id), or a
     UsageError naming --model."""
     from ddpo_grpo.policies import load_pipeline
 
@@ -160,7 +172,7 @@ def load_model(model: str):
 
 
 def native_resolution(pipeline) -> int:
-    """The pipeline's native `sample.resolution` (image families: denoiser sample_size × VAE factor)."""
+    """The pipeline's native ``sample.resolution`` (image families: denoiser sample_size × VAE factor)."""
     from ddpo_grpo.policies import policy_class
 
     return policy_class(pipeline).native_resolution(pipeline)

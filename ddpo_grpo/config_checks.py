@@ -1,7 +1,7 @@
 """Cross-field validation of a config at load time, and the derived totals printed at start-up.
 
-Every message names the field(s) and says how to fix them. `validate(config, num_processes)` raises
-`ConfigError` (a ValueError) listing ALL problems at once, so a user fixes a config in one go.
+Every message names the field(s) and says how to fix them. ``validate(config, num_processes)`` raises
+``ConfigError`` (a ValueError) listing ALL problems at once, so a user fixes a config in one go.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ def derived_totals(config, num_processes: int) -> dict:
         "prompts_per_epoch": images // s.group_size if s.group_size else 0,
         "samples_per_process": per_process,
         "minibatches_per_inner_epoch": minibatches,
-        "optimizer_steps_per_epoch": (minibatches // t.gradient_accumulation_steps if t.gradient_accumulation_steps else 0)
+        "optimizer_steps_per_epoch": (
+            minibatches // t.gradient_accumulation_steps if t.gradient_accumulation_steps else 0
+        )
         * t.num_inner_epochs,
     }
 
@@ -87,18 +89,24 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "train.cfg_uncond_grad", t.cfg_uncond_grad, ("keep", "detach"))
     _positive(p, "train.forward_timesteps", t.forward_timesteps)
     if not (t.max_grad_norm > 0 and t.grad_norm_ratio >= 0):
-        p.append(f"train.max_grad_norm={t.max_grad_norm} must be > 0 and train.grad_norm_ratio={t.grad_norm_ratio} "
-                 "≥ 0 (0 = no relative clip)")
+        p.append(
+            f"train.max_grad_norm={t.max_grad_norm} must be > 0 and train.grad_norm_ratio={t.grad_norm_ratio} "
+            "≥ 0 (0 = no relative clip)"
+        )
     if not (t.nft_beta > 0 and t.rwr_temperature > 0):
         p.append(f"train.nft_beta={t.nft_beta} and train.rwr_temperature={t.rwr_temperature} must be > 0")
     if t.objective == "grpo" and t.use_lora and t.lora_dropout > 0:
-        p.append(f"train.lora_dropout={t.lora_dropout} with train.objective='grpo': the stored log-probs must be "
-                 "recomputable exactly, and dropout changes them; set it to 0 (dropout is fine for the "
-                 "forward-process objectives)")
+        p.append(
+            f"train.lora_dropout={t.lora_dropout} with train.objective='grpo': the stored log-probs must be "
+            "recomputable exactly, and dropout changes them; set it to 0 (dropout is fine for the "
+            "forward-process objectives)"
+        )
     if t.beta < 0 or t.kl_threshold < 0:
         p.append("train.beta and train.kl_threshold must be ≥ 0 (0 disables them)")
     if t.reference_update != "fixed" and t.reference_update_freq < 1:
-        p.append(f"train.reference_update_freq={t.reference_update_freq} must be ≥ 1 with reference_update={t.reference_update!r}")
+        p.append(
+            f"train.reference_update_freq={t.reference_update_freq} must be ≥ 1 with reference_update={t.reference_update!r}"
+        )
     if not 0 <= t.reference_mix_alpha <= 1 or not 0 <= t.ema_decay < 1:
         p.append("train.reference_mix_alpha must be in [0, 1] and train.ema_decay in [0, 1)")
     _choice(p, "reward.aggregation", config.reward.aggregation, ("reward", "advantage"))
@@ -162,8 +170,10 @@ def _check_run_name(problems, config) -> None:
     """run_name is one directory name: the run stays inside logdir."""
     name = str(config.run_name)
     if name and (name in (".", "..") or "/" in name or "\\" in name or os.path.isabs(name)):
-        problems.append(f"run_name={name!r} must be a plain directory name (no '/', '..' or absolute path): runs "
-                        f"are written to <logdir>/<run_name>; set logdir to choose where")
+        problems.append(
+            f"run_name={name!r} must be a plain directory name (no '/', '..' or absolute path): runs "
+            f"are written to <logdir>/<run_name>; set logdir to choose where"
+        )
 
 
 def check_inputs(config) -> None:
@@ -183,14 +193,18 @@ def check_inputs(config) -> None:
         try:
             ckpt.find_checkpoint(config.resume_from)
         except (FileNotFoundError, ValueError) as exc:
-            p.append(f"resume_from={config.resume_from!r}: {exc}. A run writes its first checkpoint after save_freq "
-                     f"epochs; with none there is nothing to resume: start it again under another run_name")
+            p.append(
+                f"resume_from={config.resume_from!r}: {exc}. A run writes its first checkpoint after save_freq "
+                f"epochs; with none there is nothing to resume: start it again under another run_name"
+            )
     elif config.run_name:
         run = os.path.join(config.logdir, config.run_name)
         held = [x for x in ("metrics.jsonl", ckpt.CHECKPOINTS_DIRNAME, "final") if os.path.exists(os.path.join(run, x))]
         if held:
-            p.append(f"run_name={config.run_name!r}: {run} already holds a run ({', '.join(held)}); continue it with "
-                     f"--config.resume_from={run}, or choose another run_name (nothing was overwritten)")
+            p.append(
+                f"run_name={config.run_name!r}: {run} already holds a run ({', '.join(held)}); continue it with "
+                f"--config.resume_from={run}, or choose another run_name (nothing was overwritten)"
+            )
     sources = {"prompts.source": config.prompts.source}
     if config.eval.freq:
         sources["eval.prompts"] = config.eval.prompts or config.prompts.source

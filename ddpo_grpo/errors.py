@@ -1,8 +1,8 @@
 """Errors that are the user's to fix, as opposed to bugs.
 
-A `UserError`'s message says what is wrong, where (the config field, the file and line, the reward and the
+A ``UserError``'s message says what is wrong, where (the config field, the file and line, the reward and the
 sample) and how to fix it; the command-line entry points print it in one or two lines and exit with
-status 2 (no traceback unless `--debug`). Anything else is a bug and keeps its traceback.
+status 2 (no traceback unless ``--debug``). Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

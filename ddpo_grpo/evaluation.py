@@ -7,24 +7,24 @@
     image_seed(seed, i, k)                      the initial-noise seed of sample k of prompt i
     Evaluator                                   the trainer's hook: eval.* config → eval/* metrics
 
-Sampling is the policy's own sampler (`rollout.sample_rollout`) with noise_level 0: the flow ODE
+Sampling is the policy's own sampler (``rollout.sample_rollout``) with noise_level 0: the flow ODE
 (Euler) for flow models, DDIM with η = 0 for SD. The only randomness is the initial noise, and
-sample k of prompt i starts from the noise of seed `image_seed(seed, i, k)`, so a score does not
-depend on the batch size or on which other prompts are evaluated, and `scripts/sample.py --seed s`
+sample k of prompt i starts from the noise of seed ``image_seed(seed, i, k)``, so a score does not
+depend on the batch size or on which other prompts are evaluated, and ``scripts/sample.py --seed s``
 draws the very same samples.
 
 Which samples: every prompt × per_prompt, or (per_group = N > 0) a balanced set of N samples per
-value of the rows' `group_by` field (e.g. ShapesWorld's "task") — each group's prompts in file
+value of the rows' ``group_by`` field (e.g. ShapesWorld's "task") — each group's prompts in file
 order, cycled, the r-th pass using sample index r. ShapesWorld's test split has 3 single-object and
 9 counting prompts against 312 position prompts; N = 48 gives every task the same weight and
 precision for 192 images instead of 402.
 
-Scoring is any reward of the contract (`reward_models.contract`): `reward(samples, prompts, metadata)
+Scoring is any reward of the contract (``reward_models.contract``): `reward(samples, prompts, metadata)
 -> (scores, info)`. The evaluated metrics are the reward's per-sample numeric info entries (e.g. the
-ShapesWorld judge's `strict` and `partial`), or its score as `score` when it reports none. A sample's
-group is its reward's per-sample `info[group_by]` label when there is one (e.g. the judge's `task`),
-else its row's `group_by` field. A NaN score means "not applicable": the sample is left out of every
-mean and counted in `eval/not_applicable`.
+ShapesWorld judge's ``strict`` and ``partial``), or its score as ``score`` when it reports none. A sample's
+group is its reward's per-sample ``info[group_by]`` label when there is one (e.g. the judge's ``task``),
+else its row's ``group_by`` field. A NaN score means "not applicable": the sample is left out of every
+mean and counted in ``eval/not_applicable``.
 
 Metrics (means over the applicable samples; NaN when there are none), for each metric m:
     eval/<m>                       all samples (groups weighted by their share of the samples)
@@ -52,7 +52,7 @@ PREFIX = "eval"
 
 
 def image_seed(seed: int, prompt_index: int, k: int) -> int:
-    """Initial-noise seed of sample k of prompt `prompt_index`: independent of batching."""
+    """Initial-noise seed of sample k of prompt ``prompt_index``: independent of batching."""
     return derive_seed(seed, 0, prompt_index, k)
 
 
@@ -62,7 +62,7 @@ def eval_items(
     """The (prompt index, sample index) pairs an evaluation samples, in sampling order.
 
     per_group = 0: every row, per_prompt samples each. per_group = N > 0: N pairs per value of the rows'
-    `group_by` field (rows without one form a group of their own), each group's rows in file order,
+    ``group_by`` field (rows without one form a group of their own), each group's rows in file order,
     cycled: pass r over the group's rows uses sample index r, so no pair repeats.
     """
     if per_group < 0 or per_prompt < 1:
@@ -75,10 +75,11 @@ def eval_items(
     return [(idx[j % len(idx)], j // len(idx)) for idx in by_group.values() for j in range(per_group)]
 
 
-def summarize(values: dict[str, Sequence[float]], groups: Sequence[Any], applicable: Sequence[bool],
-              group_by: str = "") -> dict:
-    """The metrics of the module docstring from per-sample `values` (metric -> one value per sample),
-    `groups` (one label per sample, None = no group) and `applicable` (False = left out)."""
+def summarize(
+    values: dict[str, Sequence[float]], groups: Sequence[Any], applicable: Sequence[bool], group_by: str = ""
+) -> dict:
+    """The metrics of the module docstring from per-sample ``values`` (metric -> one value per sample),
+    ``groups`` (one label per sample, None = no group) and ``applicable`` (False = left out)."""
     keep = [i for i, ok in enumerate(applicable) if ok]
     metrics: dict = {}
     for name, vals in values.items():
@@ -109,8 +110,10 @@ class Scored:
 
     def extend(self, other: Scored) -> None:
         if self.values and set(other.values) != set(self.values):
-            raise ValueError(f"the reward's per-sample metrics changed between batches: {sorted(self.values)} "
-                             f"then {sorted(other.values)}")
+            raise ValueError(
+                f"the reward's per-sample metrics changed between batches: {sorted(self.values)} "
+                f"then {sorted(other.values)}"
+            )
         for name, vals in other.values.items():
             self.values.setdefault(name, []).extend(vals)
         self.groups.extend(other.groups)
@@ -118,7 +121,7 @@ class Scored:
 
 
 def score_batch(samples: Any, rows: Sequence[dict], reward: Callable, group_by: str = "") -> Scored:
-    """One batch through `reward`: per-sample metrics (its numeric per-sample info entries, else its score
+    """One batch through ``reward``: per-sample metrics (its numeric per-sample info entries, else its score
     as "score"), group labels (info[group_by], else each row's field) and applicability (finite score)."""
     from reward_models.contract import coerce_scores, per_sample_entries
 
@@ -144,7 +147,7 @@ def _numeric(values: list) -> bool:
 
 
 def score(samples: Any, rows: Sequence[dict], reward: Callable, group_by: str = "") -> dict:
-    """Score `samples` (one per row) with `reward` and return the metrics; see `score_batch`."""
+    """Score ``samples`` (one per row) with ``reward`` and return the metrics; see ``score_batch``."""
     scored = score_batch(samples, rows, reward, group_by)
     return summarize(scored.values, scored.groups, scored.applicable, group_by)
 
@@ -166,10 +169,10 @@ def evaluate(
     model=None,
     max_samples: int | None = None,
 ):
-    """Sample the items of `eval_items(rows, per_prompt, per_group, group_by)` deterministically and score them.
+    """Sample the items of ``eval_items(rows, per_prompt, per_group, group_by)`` deterministically and score them.
 
-    policy: a `Policy` adapter; rows: dataset rows with a "prompt" key; reward: a reward fn of the
-    contract (None: sample only, the metrics are {}); model: the denoiser to call (default `policy.denoiser`; pass a wrapped one, e.g. with EMA
+    policy: a ``Policy`` adapter; rows: dataset rows with a "prompt" key; reward: a reward fn of the
+    contract (None: sample only, the metrics are {}); model: the denoiser to call (default ``policy.denoiser``; pass a wrapped one, e.g. with EMA
     weights applied); autocast: a context-manager factory for mixed precision (None: full precision).
     max_samples: keep only the first that many samples in the returned tensor (all are scored), to
     bound host memory on large evaluations; None keeps them all.
@@ -197,8 +200,15 @@ def evaluate(
                 batch = items[start : start + batch_size]
                 batch_rows = [rows[i] for i, _ in batch]
                 rollout = rollout_lib.sample_rollout(
-                    policy, model, batch_rows, seeds=[image_seed(seed, i, k) for i, k in batch], num_steps=num_steps,
-                    guidance_scale=guidance_scale, noise_level=0.0, negative_prompt=negative_prompt, autocast=autocast,
+                    policy,
+                    model,
+                    batch_rows,
+                    seeds=[image_seed(seed, i, k) for i, k in batch],
+                    num_steps=num_steps,
+                    guidance_scale=guidance_scale,
+                    noise_level=0.0,
+                    negative_prompt=negative_prompt,
+                    autocast=autocast,
                 )
                 samples = rollout.samples.detach().float().cpu()  # [b, ...]
                 if reward is not None:
@@ -215,10 +225,10 @@ def evaluate(
 
 
 class Evaluator:
-    """The trainer's evaluation hook: `eval.*` of the config → eval/* metrics of deterministic samples.
+    """The trainer's evaluation hook: ``eval.*`` of the config → eval/* metrics of deterministic samples.
 
-    Built once per run; `reward` is a reward fn of the contract (the trainer builds it from eval.reward).
-    `__call__(sample)` runs the evaluation with `sample`, a callable with the signature of `evaluate`
+    Built once per run; ``reward`` is a reward fn of the contract (the trainer builds it from eval.reward).
+    ``__call__(sample)`` runs the evaluation with ``sample``, a callable with the signature of ``evaluate``
     minus its first argument (the trainer's deterministic sampler, EMA weights applied), and returns the
     metrics; the trainer calls it before the first update and after every eval.freq epochs.
     """
@@ -233,7 +243,7 @@ class Evaluator:
         self.kwargs = dict(per_prompt=e.per_prompt, per_group=e.per_group, group_by=e.group_by)
 
     def due(self, epoch: int, last: bool) -> bool:
-        """After every `freq` epochs of training and after the last (never when freq is 0)."""
+        """After every ``freq`` epochs of training and after the last (never when freq is 0)."""
         return every(epoch, self.freq, last)
 
     def __call__(self, sample: Callable) -> dict:
@@ -242,7 +252,7 @@ class Evaluator:
 
 
 def every(epoch: int, freq: int, last: bool) -> bool:
-    """Whether an "every `freq` epochs" action runs after `epoch` (0-based): after epochs freq − 1,
+    """Whether an "every ``freq`` epochs" action runs after ``epoch`` (0-based): after epochs freq − 1,
     2·freq − 1, … and after the last one; never when freq is 0. So with eval.freq = 8 the evaluations
     follow 8, 16, … epochs of training, and the untrained model is the run's "before" evaluation."""
     return bool(freq) and ((epoch + 1) % freq == 0 or last)

@@ -1,17 +1,17 @@
 """Fail-safe training: non-finite updates are skipped, a diverging or starved run stops with a reason.
 
-`FiniteGuard` sits on the update path. Before every optimizer step the trainer asks it whether the
+``FiniteGuard`` sits on the update path. Before every optimizer step the trainer asks it whether the
 accumulated gradient is usable: a non-finite gradient norm (from a NaN / inf loss, reward or weight)
-means the step is skipped (gradients dropped, no update, `train/skipped_steps` counts it). After a step
-it checks the trainable weights themselves. The run stops with `TrainingStopped` (exit status ≠ 0)
-naming the epoch and the likely cause when `max_consecutive_skips` steps in a row were skipped or a
+means the step is skipped (gradients dropped, no update, ``train/skipped_steps`` counts it). After a step
+it checks the trainable weights themselves. The run stops with ``TrainingStopped`` (exit status ≠ 0)
+naming the epoch and the likely cause when ``max_consecutive_skips`` steps in a row were skipped or a
 weight became non-finite; checkpoints and exports refuse non-finite tensors on their own
-(`ddpo_grpo.checkpoint.NonFiniteError`), so nothing non-finite is ever written.
+(``ddpo_grpo.checkpoint.NonFiniteError``), so nothing non-finite is ever written.
 
-`DegenerateEpochs` watches the rewards: an epoch whose rewards are all NaN (no sample scored) or whose
+``DegenerateEpochs`` watches the rewards: an epoch whose rewards are all NaN (no sample scored) or whose
 prompt groups are all flat (every group's rewards equal, so every advantage is 0) teaches nothing (its
 update is zero, up to weight decay). It warns once per run, naming the rewards, and stops the run after
-`max_in_a_row` such epochs in a row (0 = never stop).
+``max_in_a_row`` such epochs in a row (0 = never stop).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class TrainingStopped(RuntimeError):
 
 
 class FiniteGuard:
-    """Skip non-finite optimizer steps; stop after `max_consecutive_skips` in a row or on non-finite weights."""
+    """Skip non-finite optimizer steps; stop after ``max_consecutive_skips`` in a row or on non-finite weights."""
 
     def __init__(self, max_consecutive_skips: int):
         self.max_consecutive = int(max_consecutive_skips)
@@ -82,14 +82,18 @@ class DegenerateEpochs:
         reason = None
         if len(combined) and bool(np.isnan(combined).all()):
             dead = [name for name, v in per_reward.items() if bool(np.isnan(v).all())]
-            reason = (f"every reward is NaN (not applicable) for every sample: {', '.join(dead)}; check that the "
-                      "prompts are ones these rewards can score (prompts.source) and that the rewards read the "
-                      "right metadata fields")
+            reason = (
+                f"every reward is NaN (not applicable) for every sample: {', '.join(dead)}; check that the "
+                "prompts are ones these rewards can score (prompts.source) and that the rewards read the "
+                "right metadata fields"
+            )
             kind = "nan"
         elif stats.get("adv/frac_zero_std") == 1.0:
-            reason = (f"every prompt group's rewards are equal ({', '.join(per_reward)}), so every advantage is 0: "
-                      "the reward is saturated or too coarse for these prompts (larger sample.group_size, harder "
-                      "prompts, or a graded reward)")
+            reason = (
+                f"every prompt group's rewards are equal ({', '.join(per_reward)}), so every advantage is 0: "
+                "the reward is saturated or too coarse for these prompts (larger sample.group_size, harder "
+                "prompts, or a graded reward)"
+            )
             kind = "flat"
         if reason is None:
             self.in_a_row = 0
@@ -99,6 +103,8 @@ class DegenerateEpochs:
             self.warned.add(kind)
             warnings.warn(f"epoch {epoch}: {reason}", RuntimeWarning, stacklevel=2)
         if self.max_in_a_row and self.in_a_row >= self.max_in_a_row:
-            raise TrainingStopped(f"epoch {epoch}: {self.in_a_row} epochs in a row taught nothing: {reason} "
-                                  f"(train.max_degenerate_epochs = {self.max_in_a_row})")
+            raise TrainingStopped(
+                f"epoch {epoch}: {self.in_a_row} epochs in a row taught nothing: {reason} "
+                f"(train.max_degenerate_epochs = {self.max_in_a_row})"
+            )
         return True

@@ -8,6 +8,7 @@ it also forwards everything to the tracker chosen by name from :data:`TRACKERS`
 ("none", "wandb", "tensorboard"). Non-main processes pass ``enabled=False`` and
 every method becomes a no-op.
 """
+
 from __future__ import annotations
 
 import io
@@ -16,7 +17,8 @@ import math
 import netrc
 import os
 import warnings
-from typing import Any, Callable, Dict, List, Optional
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
@@ -47,7 +49,7 @@ def _to_json_value(key: str, value: Any) -> Any:
     raise ValueError(f"metric {key!r} has unsupported type {type(value).__name__}; log a number or a string")
 
 
-def make_grid_uint8(images: np.ndarray, nrow: Optional[int] = None, padding: int = 2) -> np.ndarray:
+def make_grid_uint8(images: np.ndarray, nrow: int | None = None, padding: int = 2) -> np.ndarray:
     """Tile uint8 ``(B, H, W, 3)`` images into one ``(H', W', 3)`` grid with ``nrow`` per row.
 
     Same geometry as ``torchvision.utils.make_grid``: black ``padding`` around every
@@ -78,7 +80,7 @@ def atomic_write(path: str, data: bytes) -> None:
             os.remove(tmp)
 
 
-def save_grid(images: Any, captions: List[str], path: str, nrow: Optional[int] = None) -> None:
+def save_grid(images: Any, captions: list[str], path: str, nrow: int | None = None) -> None:
     """Tile float ``(N, 3, H, W)`` images in [0, 1] into one PNG at ``path``, written atomically
     (fsynced temporary file + ``os.replace``); ``nrow`` images per row (default ⌈√N⌉). The captions (one
     per image, in order) go into the PNG's "captions" text chunk as a JSON list."""
@@ -138,10 +140,10 @@ def supersede_rows(metrics_path: str, first_epoch: int) -> int:
 class _NoTracker:
     """Tracker that does nothing (files on disk only)."""
 
-    def log(self, metrics: Dict[str, Any], step: int) -> None:
+    def log(self, metrics: dict[str, Any], step: int) -> None:
         pass
 
-    def log_images(self, images: np.ndarray, grid: np.ndarray, captions: List[str], step: int) -> None:
+    def log_images(self, images: np.ndarray, grid: np.ndarray, captions: list[str], step: int) -> None:
         pass
 
     def close(self) -> None:
@@ -175,7 +177,7 @@ class _WandbTracker:
     If an online init fails (no network), it falls back to offline mode.
     """
 
-    def __init__(self, run_dir: str, project: str, run_name: str, config: Optional[dict]):
+    def __init__(self, run_dir: str, project: str, run_name: str, config: dict | None):
         try:
             import wandb
         except ImportError as exc:
@@ -184,22 +186,29 @@ class _WandbTracker:
         mode = os.environ.get("WANDB_MODE") or ("online" if _wandb_api_key_available() else "offline")
         id_file = os.path.join(run_dir, "wandb_run_id")
         run_id = open(id_file).read().strip() if os.path.isfile(id_file) else _new_run_id()
-        kwargs = dict(project=project, name=run_name, id=run_id, resume="allow", dir=run_dir,
-                      config=config or {}, allow_val_change=True)
+        kwargs = dict(
+            project=project,
+            name=run_name,
+            id=run_id,
+            resume="allow",
+            dir=run_dir,
+            config=config or {},
+            allow_val_change=True,
+        )
         try:
             self.run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=60), **kwargs)
         except Exception as exc:  # network trouble: never block training on the tracker
             if mode == "offline":
                 raise
-            warnings.warn(f"wandb online init failed ({exc}); logging offline to {run_dir}/wandb")
+            warnings.warn(f"wandb online init failed ({exc}); logging offline to {run_dir}/wandb", stacklevel=2)
             self.run = wandb.init(mode="offline", **kwargs)
         with open(id_file, "w") as f:
             f.write(run_id)
 
-    def log(self, metrics: Dict[str, Any], step: int) -> None:
+    def log(self, metrics: dict[str, Any], step: int) -> None:
         self.run.log({k: (float("nan") if v is None else v) for k, v in metrics.items()}, step=step)
 
-    def log_images(self, images: np.ndarray, grid: np.ndarray, captions: List[str], step: int) -> None:
+    def log_images(self, images: np.ndarray, grid: np.ndarray, captions: list[str], step: int) -> None:
         imgs = [self._wandb.Image(img, caption=cap) for img, cap in zip(images, captions)]
         self.run.log({"samples": imgs}, step=step)
 
@@ -210,7 +219,7 @@ class _WandbTracker:
 class _TensorboardTracker:
     """TensorBoard ``SummaryWriter`` writing to ``<run_dir>/tensorboard``."""
 
-    def __init__(self, run_dir: str, project: str, run_name: str, config: Optional[dict]):
+    def __init__(self, run_dir: str, project: str, run_name: str, config: dict | None):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
@@ -222,12 +231,12 @@ class _TensorboardTracker:
         if config:
             self.writer.add_text("config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0)
 
-    def log(self, metrics: Dict[str, Any], step: int) -> None:
+    def log(self, metrics: dict[str, Any], step: int) -> None:
         for k, v in metrics.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 self.writer.add_scalar(k, v, step)
 
-    def log_images(self, images: np.ndarray, grid: np.ndarray, captions: List[str], step: int) -> None:
+    def log_images(self, images: np.ndarray, grid: np.ndarray, captions: list[str], step: int) -> None:
         self.writer.add_image("samples", grid, step, dataformats="HWC")
         self.writer.add_text("samples/captions", "\n\n".join(f"{i}: {c}" for i, c in enumerate(captions)), step)
 
@@ -236,7 +245,7 @@ class _TensorboardTracker:
 
 
 #: logging.tracker name -> tracker class(run_dir, project, run_name, config)
-TRACKERS: Dict[str, Callable[..., Any]] = {
+TRACKERS: dict[str, Callable[..., Any]] = {
     "none": lambda run_dir, project, run_name, config: _NoTracker(),
     "wandb": _WandbTracker,
     "tensorboard": _TensorboardTracker,
@@ -267,9 +276,9 @@ class MetricsLogger:
         tracker: str = "none",
         project: str = "ddpo_grpo",
         run_name: str = "run",
-        config: Optional[dict] = None,
+        config: dict | None = None,
         enabled: bool = True,
-        resume_epoch: Optional[int] = None,
+        resume_epoch: int | None = None,
     ):
         if tracker not in TRACKERS:
             raise ValueError(f"logging.tracker={tracker!r} is not valid; choose one of {sorted(TRACKERS)}")
@@ -288,7 +297,7 @@ class MetricsLogger:
             self.superseded = supersede_rows(self.metrics_path, resume_epoch)
         self._file = open(self.metrics_path, "a", encoding="utf-8")
 
-    def log(self, metrics: Dict[str, Any], *, epoch: int, global_step: int) -> None:
+    def log(self, metrics: dict[str, Any], *, epoch: int, global_step: int) -> None:
         """Append ``{"epoch", "global_step", **metrics}`` as one JSON line and send to the tracker."""
         if not self.enabled:
             return
@@ -302,12 +311,12 @@ class MetricsLogger:
     def log_images(
         self,
         images: Any,
-        captions: List[str],
+        captions: list[str],
         *,
         epoch: int,
         global_step: int,
-        nrow: Optional[int] = None,
-    ) -> Optional[str]:
+        nrow: int | None = None,
+    ) -> str | None:
         """Save a grid PNG to ``samples/epoch_{epoch:05d}.png`` and send images to the tracker.
 
         Returns the PNG path (``None`` when disabled).
@@ -336,7 +345,7 @@ class MetricsLogger:
             self._tracker.close()
             self._tracker = None
 
-    def __enter__(self) -> "MetricsLogger":
+    def __enter__(self) -> MetricsLogger:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -16,9 +16,10 @@ ratio to ``[1 − ε, 1 + ε]`` to first order, implemented as the per-dimension
 :func:`forward_objective`, :func:`kl_estimator`, :func:`aggregation` raise ``ValueError`` listing the
 valid keys.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Dict, Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -68,7 +69,7 @@ def clipped_surrogate(
     advantages: torch.Tensor,
     clip_range: float,
     dims: int = 1,
-) -> tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7), negated for minimisation.
 
     With the per-dimension ratio ``rho = exp(log_prob - old_log_prob)`` (log-probs averaged over the
@@ -121,7 +122,7 @@ def clipped_surrogate(
 
 
 #: Policy losses: name -> fn(log_prob, old_log_prob, advantages, clip_range, dims) -> (loss [B], info).
-POLICY_LOSSES: Dict[str, Callable] = {
+POLICY_LOSSES: dict[str, Callable] = {
     "clipped": clipped_surrogate,
 }
 
@@ -219,7 +220,7 @@ def rwr_loss(pred, target, advantages, *, old_pred=None, scale=None, dims=1, cli
 
 #: Forward-process objectives: name -> fn(pred, target, advantages, *, old_pred, scale, dims, clip_range,
 #: options) -> (loss [B], info).
-FORWARD_OBJECTIVES: Dict[str, Callable] = {
+FORWARD_OBJECTIVES: dict[str, Callable] = {
     "awm": awm_surrogate,
     "nft": nft_loss,
     "rwr": rwr_loss,
@@ -305,7 +306,7 @@ def flow_grpo_kl(log_prob=None, ref_log_prob=None, *, mean=None, ref_mean=None, 
 
 
 #: KL estimators: name -> fn(log_prob, ref_log_prob, *, mean, ref_mean, std) -> [B].
-KL_ESTIMATORS: Dict[str, Callable] = {
+KL_ESTIMATORS: dict[str, Callable] = {
     "k1": k1,
     "k2": k2,
     "k3": k3,
@@ -360,7 +361,7 @@ def aggregate_sum_norm(loss: torch.Tensor, mask: torch.Tensor | None = None, *, 
 
 
 #: Aggregations: name -> fn(loss [B, K], mask [B, K] | None, *, constant) -> scalar.
-AGGREGATIONS: Dict[str, Callable] = {
+AGGREGATIONS: dict[str, Callable] = {
     "mean": aggregate_mean,
     "sum_norm": aggregate_sum_norm,
 }
@@ -382,7 +383,7 @@ def _weight_sum_norm(*, num_samples: int, num_transitions: int, constant=None, n
 
 
 #: Per-step weights: name -> fn(*, num_samples, num_transitions, constant, num_valid) -> float.
-AGGREGATION_WEIGHTS: Dict[str, Callable] = {
+AGGREGATION_WEIGHTS: dict[str, Callable] = {
     "mean": _weight_mean,
     "sum_norm": _weight_sum_norm,
 }
@@ -413,9 +414,7 @@ def aggregation_weight(
     """
     fn = _lookup(AGGREGATION_WEIGHTS, "aggregation", name)
     if num_samples < 1 or num_transitions < 1:
-        raise ValueError(
-            f"num_samples={num_samples!r} and num_transitions={num_transitions!r} must both be >= 1"
-        )
+        raise ValueError(f"num_samples={num_samples!r} and num_transitions={num_transitions!r} must both be >= 1")
     return fn(num_samples=num_samples, num_transitions=num_transitions, constant=constant, num_valid=num_valid)
 
 

@@ -1,11 +1,11 @@
-"""`DenoiserPipeline`: a diffusers pipeline around any denoiser whose sample space is the data itself (no VAE).
+"""``DenoiserPipeline``: a diffusers pipeline around any denoiser whose sample space is the data itself (no VAE).
 
 It carries model families that are not image pipelines — a motion diffusion model (MDM-style: a transformer
 over HumanML3D features ``[B, 263, 1, frames]`` or ``[B, frames, 263]``), or any other denoiser
-``f(x_t, t, **cond)`` — through the same machinery as SD and SD3: `save_pretrained` writes an ordinary
-pipeline directory (model_index.json, one folder per component, safetensors), `from_pretrained` and
-`ddpo_grpo.policies.load_pipeline` load it back, `load_lora_weights` applies a run's LoRA export, and
-`ddpo_grpo.policies.denoiser.DenoiserPolicy` is its GRPO adapter.
+``f(x_t, t, **cond)`` — through the same machinery as SD and SD3: ``save_pretrained`` writes an ordinary
+pipeline directory (model_index.json, one folder per component, safetensors), ``from_pretrained`` and
+``ddpo_grpo.policies.load_pipeline`` load it back, ``load_lora_weights`` applies a run's LoRA export, and
+``ddpo_grpo.policies.denoiser.DenoiserPolicy`` is its GRPO adapter.
 
 Components (model_index.json names each by its importable module and class, so a world's or a user's own
 classes load as long as their module imports; diffusers supports this for any ModelMixin):
@@ -25,7 +25,7 @@ classes load as long as their module imports; diffusers supports this for any Mo
                   (a tensor, or an output with text_embeds / pooler_output / last_hidden_state).
     normalizer    optional sample-space hook (None = identity): a module with ``decode(x) -> samples`` (what
                   rewards score) and optionally ``preview(samples) -> images [N, 3, H, W]`` in [0, 1] (what
-                  reports show). `SampleNormalizer` is the plain ``x · std + mean``; a world subclasses it to
+                  reports show). ``SampleNormalizer`` is the plain ``x · std + mean``; a world subclasses it to
                   change the layout (e.g. MDM's ``[B, 263, 1, F]`` → ``[B, F, 263]``) or draw stick figures.
 
 Config (init arguments, saved in model_index.json):
@@ -40,8 +40,8 @@ Config (init arguments, saved in model_index.json):
                     ``[N, 3, H, W]`` | "heatmap" = otherwise render each sample as a greyscale heatmap
     lora_target_modules  default LoRA targets of this denoiser ([] = every nn.Linear that its forward calls
                     through the module, i.e. not those inside nn.MultiheadAttention, which reads their weights)
-    user_modules    written by `save_pretrained`: module name → file of components imported from user files
-                    (`import_user_file`), re-imported by `from_pretrained` so that such a pipeline loads back
+    user_modules    written by ``save_pretrained``: module name → file of components imported from user files
+                    (``import_user_file``), re-imported by ``from_pretrained`` so that such a pipeline loads back
 """
 
 from __future__ import annotations
@@ -77,10 +77,10 @@ USER_MODULE_PREFIX = "_ddpo_user_"
 
 
 def import_user_file(path: str | os.PathLike, module_name: str | None = None) -> ModuleType:
-    """Import a Python file as a module registered in `sys.modules` (once per file; later calls reuse it).
+    """Import a Python file as a module registered in ``sys.modules`` (once per file; later calls reuse it).
 
     The name is ``_ddpo_user_<stem>_<hash of the absolute path>`` unless given, so that classes defined in the
-    file can be named in a model_index.json and found again by diffusers' loader (see `user_modules`).
+    file can be named in a model_index.json and found again by diffusers' loader (see ``user_modules``).
     """
     file = Path(os.path.expanduser(str(path))).resolve()
     if not file.is_file():
@@ -114,7 +114,7 @@ class SampleNormalizer(ModelMixin, ConfigMixin):
 
     ``mean`` and ``std`` (buffers saved as safetensors) have shape ``shape``, broadcastable against one
     sample: ``[263]`` for ``[frames, 263]`` samples, ``[263, 1, 1]`` for MDM's ``[263, 1, frames]``.
-    Build one with `from_stats`. Always computes in float32 (the policy keeps this module in float32).
+    Build one with ``from_stats``. Always computes in float32 (the policy keeps this module in float32).
     """
 
     @register_to_config
@@ -128,8 +128,10 @@ class SampleNormalizer(ModelMixin, ConfigMixin):
         """A normalizer with these statistics (array-likes of one shape; std finite and > 0)."""
         mean, std = torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32)
         if mean.shape != std.shape or mean.ndim == 0:
-            raise ValueError(f"SampleNormalizer.from_stats: mean {tuple(mean.shape)} and std {tuple(std.shape)} must "
-                             "have one shape with at least one dim, broadcastable against one sample")
+            raise ValueError(
+                f"SampleNormalizer.from_stats: mean {tuple(mean.shape)} and std {tuple(std.shape)} must "
+                "have one shape with at least one dim, broadcastable against one sample"
+            )
         if not (torch.isfinite(mean).all() and torch.isfinite(std).all() and (std > 0).all()):
             raise ValueError("SampleNormalizer.from_stats: mean must be finite and std finite and > 0")
         normalizer = cls(shape=list(mean.shape))
@@ -153,7 +155,7 @@ class SampleNormalizer(ModelMixin, ConfigMixin):
 def heatmap(samples: torch.Tensor, min_side: int = 64) -> torch.Tensor:
     """Each sample as a greyscale image in [0, 1], min-max scaled per sample: ``[N, 3, k·d0, k·prod(rest)]``.
 
-    Each value is a k×k block, with the smallest k that makes the shorter side at least `min_side` pixels.
+    Each value is a k×k block, with the smallest k that makes the shorter side at least ``min_side`` pixels.
     """
     flat = samples.detach().float().reshape(samples.shape[0], samples.shape[1] if samples.ndim > 2 else 1, -1)
     lo = flat.amin(dim=(1, 2), keepdim=True)  # [N, 1, 1]
@@ -172,13 +174,13 @@ _PEFT_CLASSES: dict[type, type] = {}
 
 
 def with_peft_adapters(model: ModelMixin) -> ModelMixin:
-    """`model`, with diffusers' PeftAdapterMixin added to its class when it lacks it.
+    """``model``, with diffusers' PeftAdapterMixin added to its class when it lacks it.
 
     PeftAdapterMixin gives add_adapter, load_lora_adapter, disable_adapters, …: any ModelMixin then takes LoRA
     adapters as diffusers' own models do.
 
     The class is swapped in place for a subclass that keeps the original's name and module, so that
-    `save_pretrained` still names the user's class in model_index.json and loading finds it.
+    ``save_pretrained`` still names the user's class in model_index.json and loading finds it.
     """
     if isinstance(model, PeftAdapterMixin):
         return model
@@ -200,24 +202,30 @@ class DenoiserPipelineOutput(BaseOutput):
 
 def _check_scheduler(scheduler) -> None:
     if not isinstance(scheduler, (DDPMScheduler, DDIMScheduler)):
-        raise ValueError(f"DenoiserPipeline: scheduler must be a DDPMScheduler or DDIMScheduler, got "
-                         f"{type(scheduler).__name__}; build one with DDPMScheduler(beta_schedule=..., ...)")
+        raise ValueError(
+            f"DenoiserPipeline: scheduler must be a DDPMScheduler or DDIMScheduler, got "
+            f"{type(scheduler).__name__}; build one with DDPMScheduler(beta_schedule=..., ...)"
+        )
     config = scheduler.config
     if config.get("clip_sample", False) or config.get("thresholding", False):
-        raise ValueError("DenoiserPipeline: the scheduler has clip_sample=True or thresholding=True; the sampling "
-                         "kernels (ddpo_grpo.sde) do not clip x̂₀: build the scheduler with clip_sample=False, "
-                         "thresholding=False (motion features are not bounded to [-1, 1])")
+        raise ValueError(
+            "DenoiserPipeline: the scheduler has clip_sample=True or thresholding=True; the sampling "
+            "kernels (ddpo_grpo.sde) do not clip x̂₀: build the scheduler with clip_sample=False, "
+            "thresholding=False (motion features are not bounded to [-1, 1])"
+        )
     variance = config.get("variance_type", "fixed_small") if isinstance(scheduler, DDPMScheduler) else "fixed_small"
     if variance not in VARIANCE_TYPES:
-        raise ValueError(f"DenoiserPipeline: scheduler variance_type={variance!r} is not supported; use one of "
-                         f"{list(VARIANCE_TYPES)} (learned variances need a second output head)")
+        raise ValueError(
+            f"DenoiserPipeline: scheduler variance_type={variance!r} is not supported; use one of "
+            f"{list(VARIANCE_TYPES)} (learned variances need a second output head)"
+        )
 
 
 class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
     """A denoiser, its noise schedule, an optional text encoder and an optional sample-space hook.
 
     See the module docstring for the components and config. Calling the pipeline samples with the
-    scheduler's own `step` (diffusers' arithmetic: a reference the policy's kernels are tested against).
+    scheduler's own ``step`` (diffusers' arithmetic: a reference the policy's kernels are tested against).
     """
 
     model_cpu_offload_seq = "text_encoder->denoiser"
@@ -240,29 +248,43 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
     ):
         super().__init__()
         if not isinstance(denoiser, ModelMixin):
-            raise ValueError(f"DenoiserPipeline: denoiser must be a diffusers ModelMixin + ConfigMixin (got "
-                             f"{type(denoiser).__name__}): subclass both, decorate __init__ with @register_to_config")
+            raise ValueError(
+                f"DenoiserPipeline: denoiser must be a diffusers ModelMixin + ConfigMixin (got "
+                f"{type(denoiser).__name__}): subclass both, decorate __init__ with @register_to_config"
+            )
         denoiser = with_peft_adapters(denoiser)
         _check_scheduler(scheduler)
         if (text_encoder is None) != (tokenizer is None):
             raise ValueError("DenoiserPipeline: give both text_encoder and tokenizer, or neither (unconditional)")
         shape = list(sample_shape) if sample_shape is not None else []
         if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
-            raise ValueError(f"DenoiserPipeline: sample_shape={sample_shape!r} must be a non-empty list of positive "
-                             "ints, the shape of one sample without the batch dim (e.g. [263, 1, 196] or [196, 263])")
-        for name, value, allowed in (("text_embedding", text_embedding, TEXT_EMBEDDINGS),
-                                     ("uncond", uncond, UNCOND_MODES), ("preview", preview, PREVIEWS)):
+            raise ValueError(
+                f"DenoiserPipeline: sample_shape={sample_shape!r} must be a non-empty list of positive "
+                "ints, the shape of one sample without the batch dim (e.g. [263, 1, 196] or [196, 263])"
+            )
+        for name, value, allowed in (
+            ("text_embedding", text_embedding, TEXT_EMBEDDINGS),
+            ("uncond", uncond, UNCOND_MODES),
+            ("preview", preview, PREVIEWS),
+        ):
             if value not in allowed:
                 raise ValueError(f"DenoiserPipeline: {name}={value!r} is not one of {list(allowed)}")
         if normalizer is not None and not callable(getattr(normalizer, "decode", None)):
             raise ValueError("DenoiserPipeline: normalizer must have a decode(x) method (see SampleNormalizer)")
         self.register_modules(
-            denoiser=denoiser, scheduler=scheduler, text_encoder=text_encoder, tokenizer=tokenizer,
+            denoiser=denoiser,
+            scheduler=scheduler,
+            text_encoder=text_encoder,
+            tokenizer=tokenizer,
             normalizer=normalizer,
         )
         self.register_to_config(
-            sample_shape=shape, text_embedding=text_embedding, uncond=uncond, preview=preview,
-            lora_target_modules=list(lora_target_modules), user_modules=dict(user_modules or {}),
+            sample_shape=shape,
+            text_embedding=text_embedding,
+            uncond=uncond,
+            preview=preview,
+            lora_target_modules=list(lora_target_modules),
+            user_modules=dict(user_modules or {}),
         )
 
     # ---- conventions ------------------------------------------------------------------------------
@@ -273,7 +295,7 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
 
     @property
     def variance(self) -> str:
-        """The DDPM posterior variance of `ddpo_grpo.sde.ddpm_step`: "fixed_small" or "fixed_large"."""
+        """The DDPM posterior variance of ``ddpo_grpo.sde.ddpm_step``: "fixed_small" or "fixed_large"."""
         if isinstance(self.scheduler, DDPMScheduler):
             return VARIANCE_TYPES[self.scheduler.config.variance_type]
         return "fixed_small"
@@ -284,9 +306,12 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
 
     # ---- conditioning ---------------------------------------------------------------------------
     def _text_features(self, texts: list[str], device) -> torch.Tensor:
-        """``[B, D]`` ("pooled") or ``[B, L, D]`` ("sequence") embeddings of `texts`."""
+        """``[B, D]`` ("pooled") or ``[B, L, D]`` ("sequence") embeddings of ``texts``."""
         tokens = self.tokenizer(
-            list(texts), padding="max_length", max_length=self.tokenizer.model_max_length, truncation=True,
+            list(texts),
+            padding="max_length",
+            max_length=self.tokenizer.model_max_length,
+            truncation=True,
             return_tensors="pt",
         )
         out = self.text_encoder(tokens.input_ids.to(device))
@@ -328,8 +353,10 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
         if not isinstance(out, torch.Tensor):
             out = out[0] if isinstance(out, (tuple, list)) else out.to_tuple()[0]
         if out.shape != sample.shape:
-            raise ValueError(f"DenoiserPipeline: the denoiser returned shape {tuple(out.shape)} for x_t of shape "
-                             f"{tuple(sample.shape)}; it must predict ε, x₀ or v of x_t's shape")
+            raise ValueError(
+                f"DenoiserPipeline: the denoiser returned shape {tuple(out.shape)} for x_t of shape "
+                f"{tuple(sample.shape)}; it must predict ε, x₀ or v of x_t's shape"
+            )
         return out
 
     # ---- sample space ---------------------------------------------------------------------------
@@ -368,10 +395,10 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
         eta: float = 0.0,
         output_type: str = "samples",
     ) -> DenoiserPipelineOutput:
-        """Sample with ``scheduler.step`` (DDPM ancestral, or DDIM with `eta`) and CFG on the model output.
+        """Sample with ``scheduler.step`` (DDPM ancestral, or DDIM with ``eta``) and CFG on the model output.
 
         prompt: one text or a list (ignored without a text encoder; then num_samples, default 1, sets B);
-        latents: the initial noise ``[B, *sample_shape]`` (default: drawn with `generator`);
+        latents: the initial noise ``[B, *sample_shape]`` (default: drawn with ``generator``);
         output_type: "samples" (decoded) or "latent" (the final x).
         """
         prompts = [prompt] if isinstance(prompt, str) else list(prompt or [])
@@ -384,7 +411,9 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
         use_cfg = guidance_scale > 1.0 and bool(positive)
         if latents is None:
             latents = torch.randn(
-                (batch, *self.config.sample_shape), generator=generator, dtype=torch.float32,
+                (batch, *self.config.sample_shape),
+                generator=generator,
+                dtype=torch.float32,
                 device=generator.device if generator is not None else "cpu",
             )
         x = latents.to(device)
@@ -424,22 +453,29 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
         if not denoiser_lora_layers:
             raise ValueError("DenoiserPipeline.save_lora_weights: pass denoiser_lora_layers")
         cls._save_lora_weights(
-            save_directory=save_directory, lora_layers={"denoiser": denoiser_lora_layers},
-            lora_metadata={"denoiser": denoiser_lora_adapter_metadata}, is_main_process=is_main_process,
-            weight_name=weight_name, save_function=save_function, safe_serialization=safe_serialization,
+            save_directory=save_directory,
+            lora_layers={"denoiser": denoiser_lora_layers},
+            lora_metadata={"denoiser": denoiser_lora_adapter_metadata},
+            is_main_process=is_main_process,
+            weight_name=weight_name,
+            save_function=save_function,
+            safe_serialization=safe_serialization,
         )
 
     def load_lora_weights(self, pretrained_model_name_or_path_or_dict, adapter_name: str | None = None, **kwargs):
-        """Load LoRA layers written by `save_lora_weights` (a directory, file or state dict) into the denoiser."""
+        """Load LoRA layers written by ``save_lora_weights`` (a directory, file or state dict) into the denoiser."""
         kwargs.setdefault("use_safetensors", True)
         self.denoiser.load_lora_adapter(
-            pretrained_model_name_or_path_or_dict, prefix="denoiser", adapter_name=adapter_name, _pipeline=self,
+            pretrained_model_name_or_path_or_dict,
+            prefix="denoiser",
+            adapter_name=adapter_name,
+            _pipeline=self,
             **kwargs,
         )
 
     # ---- save / load ----------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
-        """`DiffusionPipeline.save_pretrained`, recording the files of components defined in user files."""
+        """``DiffusionPipeline.save_pretrained``, recording the files of components defined in user files."""
         user_modules = {}
         for _, component in self.components.items():
             module = sys.modules.get(type(component).__module__) if component is not None else None
@@ -450,11 +486,11 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs):
-        """`DiffusionPipeline.from_pretrained`, first importing the modules its components' classes live in.
+        """``DiffusionPipeline.from_pretrained``, first importing the modules its components' classes live in.
 
         diffusers loads a component of a class outside diffusers / transformers only when its module is
         already imported. Imported here, for a local directory: the user files of ``user_modules`` (written by
-        `save_pretrained`), and installed modules of trusted packages (`trusted_packages`: ddpo_grpo and the
+        ``save_pretrained``), and installed modules of trusted packages (``trusted_packages``: ddpo_grpo and the
         packages that plug into it through entry points, e.g. the embedded worlds). Anything else is left to
         diffusers, whose error says to import the module first.
         """
@@ -477,7 +513,7 @@ def trusted_packages() -> set[str]:
     """Top-level packages whose modules a pipeline directory may name for import.
 
     ddpo_grpo, and every package that registers a ddpo_grpo plug-in (an entry point of
-    `ddpo_grpo.plugins.GROUPS`): installed code that declared itself part of this toolkit — never code
+    ``ddpo_grpo.plugins.GROUPS``): installed code that declared itself part of this toolkit — never code
     shipped inside a model directory.
     """
     from importlib.metadata import entry_points

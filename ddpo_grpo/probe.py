@@ -1,18 +1,18 @@
 """A paired probe: the training reward of fixed prompts, initial noise and sampler noise, against the untrained model.
 
 Why: every epoch draws a fresh prompt mix and fresh noise, and on ShapesWorld the untrained model's reward
-over one epoch's draw swings more from epoch to epoch than learning moves it, so `reward/mean` cannot show
+over one epoch's draw swings more from epoch to epoch than learning moves it, so ``reward/mean`` cannot show
 learning at these effect sizes. The probe removes that variance by common random numbers: the same
-`probe.prompts × probe.group_size` samples (prompts drawn once by the run's PromptSampler, initial-noise
+``probe.prompts × probe.group_size`` samples (prompts drawn once by the run's PromptSampler, initial-noise
 seeds and the step-noise generator fixed) are drawn with the untrained policy before the first update and
-again every `probe.freq` epochs, with the training sampler's settings (kernel, noise level, SDE window,
+again every ``probe.freq`` epochs, with the training sampler's settings (kernel, noise level, SDE window,
 CFG, sample.num_steps). Logged:
 
     probe/reward     mean training reward (the weighted sum of reward.fns) of the probe samples
     probe/diff       mean over samples of (reward now − reward of the same sample untrained)
     probe/diff_se    its standard error, std(diff) / sqrt(n): learning is visible when diff > 3·se
 
-The untrained rewards are kept in `<run>/report/probe_before.json` (for resumed runs). Run by the main
+The untrained rewards are kept in ``<run>/report/probe_before.json`` (for resumed runs). Run by the main
 process; its sampling draws only from its own seeded generators.
 """
 
@@ -34,8 +34,8 @@ PROBE_EPOCH = 1_000_000  # the PromptSampler "epoch" of the probe's prompts: no 
 
 
 class PairedProbe:
-    """See the module docstring. `sample_fn(rows, seeds, generator, rng) -> samples` draws with the current
-    policy (the trainer's training sampler), `score_fn(samples, rows) -> combined rewards [n]`."""
+    """See the module docstring. ``sample_fn(rows, seeds, generator, rng) -> samples`` draws with the current
+    policy (the trainer's training sampler), ``score_fn(samples, rows) -> combined rewards [n]``."""
 
     def __init__(self, run_dir, prompt_sampler, *, num_prompts: int, group_size: int, seed: int):
         self.path = Path(run_dir) / "report" / PROBE_FILE
@@ -51,7 +51,7 @@ class PairedProbe:
         return np.asarray(json.loads(self.path.read_text())["rewards"], dtype=np.float64)
 
     def measure(self, sample_fn: Callable, score_fn: Callable, batch_size: int, device) -> np.ndarray:
-        """The combined reward of every probe sample, drawn in batches of `batch_size`."""
+        """The combined reward of every probe sample, drawn in batches of ``batch_size``."""
         rewards = []
         for start in range(0, len(self.rows), batch_size):
             rows = self.rows[start : start + batch_size]

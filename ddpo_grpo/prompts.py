@@ -14,13 +14,14 @@ Built-in sources (:data:`BUILTIN_PROMPTS`):
 Built-in row sets (:data:`BUILTIN_ROWS`, package data .jsonl with metadata): ``"shapes_train"`` and
 ``"shapes_test"``, the ShapesWorld split (see ``ddpo_grpo/shapes/prompts.py``).
 """
+
 from __future__ import annotations
 
 import collections.abc
 import json
 import os
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -46,7 +47,8 @@ SIMPLE_PROMPTS = (
     "a bicycle",
 )
 
-def _parse_txt(lines) -> List[str]:
+
+def _parse_txt(lines) -> list[str]:
     """Prompts of a text file's lines: stripped, blank lines and ``#`` comments skipped."""
     return [t for t in (line.strip() for line in lines) if t and not t.startswith("#")]
 
@@ -59,9 +61,9 @@ class PackagedPrompts(collections.abc.Sequence):
 
     def __init__(self, resource: str, package: str = "ddpo_grpo"):
         self.resource, self.package = resource, package
-        self._prompts: Optional[Tuple[str, ...]] = None
+        self._prompts: tuple[str, ...] | None = None
 
-    def _load(self) -> Tuple[str, ...]:
+    def _load(self) -> tuple[str, ...]:
         if self._prompts is None:
             ref = resources.files(self.package).joinpath(self.resource)
             try:
@@ -91,7 +93,7 @@ class PackagedPrompts(collections.abc.Sequence):
 ANIMAL_PROMPTS = PackagedPrompts("data/animals.txt")
 
 #: built-in name -> sequence of prompts
-BUILTIN_PROMPTS: Dict[str, Sequence[str]] = {
+BUILTIN_PROMPTS: dict[str, Sequence[str]] = {
     "simple": SIMPLE_PROMPTS,
     "animals": ANIMAL_PROMPTS,
 }
@@ -100,21 +102,21 @@ BUILTIN_PROMPTS: Dict[str, Sequence[str]] = {
 def _check_row(row: object, where: str) -> dict:
     """Validate one JSON row; ``where`` is e.g. ``"file.jsonl line 3"``."""
     if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected a JSON object like {{\"prompt\": \"...\"}}, got {type(row).__name__}")
+        raise ValueError(f'{where}: expected a JSON object like {{"prompt": "..."}}, got {type(row).__name__}')
     if "prompt" not in row:
-        raise ValueError(f"{where}: missing \"prompt\" field (fields present: {sorted(row)})")
+        raise ValueError(f'{where}: missing "prompt" field (fields present: {sorted(row)})')
     if not isinstance(row["prompt"], str):
-        raise ValueError(f"{where}: \"prompt\" must be a string, got {type(row['prompt']).__name__}")
+        raise ValueError(f'{where}: "prompt" must be a string, got {type(row["prompt"]).__name__}')
     return dict(row)
 
 
-def _load_txt(path: str) -> List[dict]:
+def _load_txt(path: str) -> list[dict]:
     """One prompt per line; blank lines and ``#`` comments are skipped."""
     with open(path, encoding="utf-8") as f:
         return [{"prompt": text} for text in _parse_txt(f)]
 
 
-def _load_jsonl(path: str) -> List[dict]:
+def _load_jsonl(path: str) -> list[dict]:
     """One JSON object per line; blank lines are skipped."""
     rows = []
     with open(path, encoding="utf-8") as f:
@@ -130,7 +132,7 @@ def _load_jsonl(path: str) -> List[dict]:
     return rows
 
 
-def _load_json(path: str) -> List[dict]:
+def _load_json(path: str) -> list[dict]:
     """A JSON list of objects."""
     with open(path, encoding="utf-8") as f:
         try:
@@ -138,19 +140,19 @@ def _load_json(path: str) -> List[dict]:
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of {{\"prompt\": ...}} objects, got {type(data).__name__}")
+        raise ValueError(f'{path}: expected a JSON list of {{"prompt": ...}} objects, got {type(data).__name__}')
     return [_check_row(obj, f"{path} item [{i}]") for i, obj in enumerate(data)]
 
 
 #: file extension -> loader(path) -> rows
-FILE_LOADERS: Dict[str, Callable[[str], List[dict]]] = {
+FILE_LOADERS: dict[str, Callable[[str], list[dict]]] = {
     ".txt": _load_txt,
     ".json": _load_json,
     ".jsonl": _load_jsonl,
 }
 
 
-def load_prompts(source: str) -> List[dict]:
+def load_prompts(source: str) -> list[dict]:
     """Load prompt rows from a built-in name or a ``.txt`` / ``.json`` / ``.jsonl`` file.
 
     JSON/JSONL rows keep all their fields (everything but "prompt" becomes reward metadata).
@@ -196,20 +198,20 @@ class PromptSampler:
             raise ValueError("PromptSampler needs at least one prompt row")
         self.rows = list(rows)
         self.seed = int(seed)
-        self.strata: List[List[int]] = [list(range(len(self.rows)))]
+        self.strata: list[list[int]] = [list(range(len(self.rows)))]
         if stratify_by:
             missing = [i for i, r in enumerate(self.rows) if stratify_by not in r]
             if missing:
                 raise ValueError(
                     f"prompts.stratify_by={stratify_by!r}: row {missing[0]} (prompt {self.rows[missing[0]].get('prompt')!r}) "
-                    f"has no field {stratify_by!r}; use a prompt file whose rows all have it, or stratify_by=\"\""
+                    f'has no field {stratify_by!r}; use a prompt file whose rows all have it, or stratify_by=""'
                 )
-            by_value: Dict[str, List[int]] = {}
+            by_value: dict[str, list[int]] = {}
             for i, r in enumerate(self.rows):
                 by_value.setdefault(str(r[stratify_by]), []).append(i)
             self.strata = [by_value[k] for k in sorted(by_value)]
 
-    def draw(self, epoch: int, n: int) -> List[dict]:
+    def draw(self, epoch: int, n: int) -> list[dict]:
         """``n`` rows for ``epoch``; within a stratum without replacement if its share fits, else in
         whole shuffled passes over the stratum plus part of one more (each row ⌊k/m⌋ or ⌈k/m⌉ times for
         a share of k from m rows), so that no prompt gets more groups than its share requires.
@@ -225,7 +227,7 @@ class PromptSampler:
             shares = [n // len(self.strata)] * len(self.strata)
             for s in rng.permutation(len(self.strata))[: n % len(self.strata)]:
                 shares[s] += 1
-        idx: List[int] = []
+        idx: list[int] = []
         for members, k in zip(self.strata, shares):
             passes = [rng.permutation(len(members)) for _ in range(-(-k // len(members)))]
             picked = np.concatenate(passes)[:k] if passes else []

@@ -11,7 +11,7 @@ Update strategies, applied after epoch e when (e + 1) % freq == 0:
 - "soft":  ref ← α·ref + (1 − α)·policy. With LoRA the factors A and B are mixed separately, which
   mixes the weight updates B·A only approximately (the product of mixes is not the mix of products).
 
-Call `predict` BEFORE the policy's own forward of the same step: switching adapters toggles
+Call ``predict`` BEFORE the policy's own forward of the same step: switching adapters toggles
 requires_grad flags, which must not happen while a policy graph is waiting for its backward.
 """
 
@@ -25,7 +25,9 @@ from ddpo_grpo.weights import mix_, snapshot, swapped, trainable_parameters
 
 
 class Reference:
-    def __init__(self, policy, model: torch.nn.Module, *, lora: bool, update: str = "fixed", freq: int = 1, alpha: float = 0.0):
+    def __init__(
+        self, policy, model: torch.nn.Module, *, lora: bool, update: str = "fixed", freq: int = 1, alpha: float = 0.0
+    ):
         self.policy = policy
         self.model = model  # the unwrapped denoiser
         self.update = update
@@ -36,7 +38,7 @@ class Reference:
 
     @contextlib.contextmanager
     def active(self):
-        """Context in which `self.model` computes the reference policy."""
+        """Context in which ``self.model`` computes the reference policy."""
         if self.weights is None:
             self.model.disable_adapters()
             try:

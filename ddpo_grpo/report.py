@@ -1,15 +1,15 @@
 """The run report: what a run changed, in a picture, a plot and a table; world-agnostic.
 
-`RunReport` is the trainer's report hook. It is handed a sampling callable (the trainer's deterministic
-sampler), never the trainer, and writes into `<run>/report/`:
+``RunReport`` is the trainer's report hook. It is handed a sampling callable (the trainer's deterministic
+sampler), never the trainer, and writes into ``<run>/report/``:
     before.safetensors, before.json   deterministic samples of fixed prompts and seeds (as images), and the
                                       evaluation metrics, taken before the first update (kept for resumed runs)
     before_after.png                  those prompts before (top row) and after training (bottom row)
     metrics.png                       reward and evaluation metrics against epoch and samples drawn
-and prints the evaluation table, before → after, per group (`eval_table`). The sample grids of
-logging.image_freq go through it too (`log_grid`).
+and prints the evaluation table, before → after, per group (``eval_table``). The sample grids of
+logging.image_freq go through it too (``log_grid``).
 
-Images come from the policy's `preview(samples)` (the samples themselves for image families, a
+Images come from the policy's ``preview(samples)`` (the samples themselves for image families, a
 rendering for others), so the same code serves every model family.
 """
 
@@ -36,8 +36,8 @@ class RunReport:
     """Before / after samples, plots and tables of a run (main process only).
 
     rows: the fixed prompt rows of the pictures; preview: samples -> float images [N, 3, H, W] in [0, 1].
-    A `sample` argument is a callable `sample(rows, reward=None) -> (metrics, samples, captions)` drawing
-    deterministic samples of `rows` (ddpo_grpo.evaluation.evaluate with the run's settings bound).
+    A ``sample`` argument is a callable ``sample(rows, reward=None) -> (metrics, samples, captions)`` drawing
+    deterministic samples of ``rows`` (ddpo_grpo.evaluation.evaluate with the run's settings bound).
     """
 
     def __init__(self, run_dir, rows: Sequence[dict], preview: Callable, group_by: str = ""):
@@ -82,7 +82,7 @@ class RunReport:
 
 
 def load_before(run_dir):
-    """(images, captions, metrics) saved by `RunReport.before`, or None when the run has none."""
+    """(images, captions, metrics) saved by ``RunReport.before``, or None when the run has none."""
     out = Path(run_dir) / "report"
     if not (out / "before.safetensors").is_file() or not (out / "before.json").is_file():
         return None
@@ -106,8 +106,11 @@ def save_before_after(run_dir, before, after, captions) -> Path:
 
 def metric_names(metrics: dict) -> list[str]:
     """The evaluated metrics m of eval/<m> keys (e.g. strict, partial), in key order."""
-    return [k.split("/")[1] for k in metrics if k.count("/") == 1 and k.startswith("eval/")
-            and k.split("/")[1] not in _COUNTS]
+    return [
+        k.split("/")[1]
+        for k in metrics
+        if k.count("/") == 1 and k.startswith("eval/") and k.split("/")[1] not in _COUNTS
+    ]
 
 
 def groups_of(metrics: dict) -> list[str]:
@@ -116,13 +119,13 @@ def groups_of(metrics: dict) -> list[str]:
 
 
 def group_mean_key(metrics: dict, name: str) -> str | None:
-    """The eval/<group_by>_mean/<name> key present in `metrics`, if any."""
+    """The eval/<group_by>_mean/<name> key present in ``metrics``, if any."""
     pattern = re.compile(rf"^eval/[^/]+_mean/{re.escape(name)}$")
     return next((k for k in metrics if pattern.match(k)), None)
 
 
 def eval_table(before: dict | None, after: dict, group_by: str = "") -> str:
-    """Evaluation metrics per group as aligned text: `after` alone, or `before` → `after`; the last row is
+    """Evaluation metrics per group as aligned text: ``after`` alone, or ``before`` → ``after``; the last row is
     the mean over groups (eval/<group_by>_mean/*), the headline number when groups are unbalanced."""
     names, groups = metric_names(after), groups_of(after)
     label = (group_by or "group")[:14]
@@ -145,10 +148,14 @@ def eval_table(before: dict | None, after: dict, group_by: str = "") -> str:
     n = after.get("eval/num_samples", 0) - after.get("eval/not_applicable", 0)
     lines.append(row("all", n, lambda m: f"eval/{m}"))
     if names and group_mean_key(after, names[0]):
-        lines.append(row(f"{label} mean"[:14], len(groups), lambda m: group_mean_key(after, m))
-                     + f"   (mean over {label}s, n = {label}s: the headline number)")
+        lines.append(
+            row(f"{label} mean"[:14], len(groups), lambda m: group_mean_key(after, m))
+            + f"   (mean over {label}s, n = {label}s: the headline number)"
+        )
     if after.get("eval/not_applicable"):
-        lines.append(f"({after['eval/not_applicable']} samples not applicable: the evaluation reward gave them no score)")
+        lines.append(
+            f"({after['eval/not_applicable']} samples not applicable: the evaluation reward gave them no score)"
+        )
     return "\n".join(lines)
 
 
@@ -195,12 +202,16 @@ def plot_metrics(run_dir, before_metrics: dict | None = None) -> Path | None:
 
 def _plot_probe(ax, label: str, x: list, rows: list[dict]) -> None:
     """The paired probe's reward gain over the untrained model, ± 2 standard errors (ddpo_grpo/probe.py)."""
-    points = [(xv, r["probe/diff"], r.get("probe/diff_se") or 0.0) for xv, r in zip(x, rows)
-              if r.get("probe/diff") is not None]
+    points = [
+        (xv, r["probe/diff"], r.get("probe/diff_se") or 0.0)
+        for xv, r in zip(x, rows)
+        if r.get("probe/diff") is not None
+    ]
     xs, ds, ses = zip(*points)
     ax.plot(xs, ds, marker=".", label="probe/diff")
-    ax.fill_between(xs, [d - 2 * e for d, e in zip(ds, ses)], [d + 2 * e for d, e in zip(ds, ses)], alpha=0.2,
-                    label="± 2 SE")
+    ax.fill_between(
+        xs, [d - 2 * e for d, e in zip(ds, ses)], [d + 2 * e for d, e in zip(ds, ses)], alpha=0.2, label="± 2 SE"
+    )
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xlabel(label)
     ax.set_ylabel("paired reward gain")

@@ -41,7 +41,8 @@ Shape notation in comments: ``[B, ...]`` is the full sample shape and
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional, Union
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -49,11 +50,19 @@ __all__ = [
     "Noised",
     "ddpm_forward",
     "flow_forward",
-    "Step", "flow_sde_step", "ddim_step", "ddpm_step", "check_flow_args", "check_ddim_args", "check_ddpm_args",
-    "SDE_TYPES", "PREDICTION_TYPES", "DDPM_VARIANCES",
+    "Step",
+    "flow_sde_step",
+    "ddim_step",
+    "ddpm_step",
+    "check_flow_args",
+    "check_ddim_args",
+    "check_ddpm_args",
+    "SDE_TYPES",
+    "PREDICTION_TYPES",
+    "DDPM_VARIANCES",
 ]
 
-Scalar = Union[float, torch.Tensor]
+Scalar = float | torch.Tensor
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -86,7 +95,7 @@ def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def _check_sample(sample: torch.Tensor, model_output: torch.Tensor, prev_sample: Optional[torch.Tensor]) -> None:
+def _check_sample(sample: torch.Tensor, model_output: torch.Tensor, prev_sample: torch.Tensor | None) -> None:
     if not isinstance(sample, torch.Tensor) or not sample.is_floating_point():
         raise ValueError("`sample` must be a floating-point torch.Tensor")
     if sample.ndim < 2:
@@ -113,9 +122,7 @@ def _per_sample(value: Scalar, name: str, sample: torch.Tensor, dtype: torch.dty
     batch = sample.shape[0]
     t = torch.as_tensor(value, dtype=dtype, device=sample.device)
     if t.ndim > 1 or (t.ndim == 1 and t.shape[0] not in (1, batch)):
-        raise ValueError(
-            f"`{name}` must be a float or a tensor of shape [B]=[{batch}], got shape {tuple(t.shape)}"
-        )
+        raise ValueError(f"`{name}` must be a float or a tensor of shape [B]=[{batch}], got shape {tuple(t.shape)}")
     t = t.reshape(-1)  # [1] or [B]
     return t.reshape(-1, *([1] * (sample.ndim - 1))).expand(batch, *([1] * (sample.ndim - 1)))  # [B, 1, ..., 1]
 
@@ -139,8 +146,8 @@ def _gaussian_step(
     mean: torch.Tensor,
     std: torch.Tensor,
     sample: torch.Tensor,
-    prev_sample: Optional[torch.Tensor],
-    generator: Optional[torch.Generator],
+    prev_sample: torch.Tensor | None,
+    generator: torch.Generator | None,
 ) -> Step:
     """Sample (or score) ``N(mean, std^2)``; std == 0 rows are deterministic with log_prob 0."""
     if prev_sample is None:
@@ -311,9 +318,9 @@ SDE_TYPES = tuple(_FLOW_KERNELS)
 
 
 def check_flow_args(sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level: torch.Tensor, sde_type: str) -> None:
-    """ValueError unless (sigma, sigma_next, noise_level) are valid for `sde_type` (tensors of any shape).
+    """ValueError unless (sigma, sigma_next, noise_level) are valid for ``sde_type`` (tensors of any shape).
 
-    `flow_sde_step` calls it on every step unless `validate=False`; a caller that steps through a
+    ``flow_sde_step`` calls it on every step unless ``validate=False``; a caller that steps through a
     schedule it has already checked once (the policy adapters) skips the per-step cost.
     """
     checks = [
@@ -323,7 +330,9 @@ def check_flow_args(sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level: 
         (noise_level >= 0, "`noise_level` must be >= 0 (and not NaN)"),
     ]
     if sde_type == "flow_grpo":
-        checks.append((~((sigma >= 1) & (sigma_next >= 1)), "`sigma_next` must be < 1 when `sigma` == 1 for sde_type='flow_grpo'"))
+        checks.append(
+            (~((sigma >= 1) & (sigma_next >= 1)), "`sigma_next` must be < 1 when `sigma` == 1 for sde_type='flow_grpo'")
+        )
     elif sde_type == "cps":
         checks.append((noise_level <= 1, "`noise_level` must be in [0, 1] for sde_type='cps'"))
     _require_all(checks)
@@ -337,8 +346,8 @@ def flow_sde_step(
     *,
     noise_level: Scalar,
     sde_type: str = "flow_grpo",
-    prev_sample: Optional[torch.Tensor] = None,
-    generator: Optional[torch.Generator] = None,
+    prev_sample: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
     validate: bool = True,
 ) -> Step:
     """One stochastic step ``sigma -> sigma_next`` of a flow-matching (velocity) model.
@@ -445,13 +454,18 @@ def _ddim_coeffs(
 
 
 def check_ddim_args(alpha_prod_t: torch.Tensor, alpha_prod_t_prev: torch.Tensor, eta: torch.Tensor) -> None:
-    """ValueError unless the DDIM arguments are valid (tensors of any shape); see `check_flow_args`."""
-    _require_all([
-        ((alpha_prod_t > 0) & (alpha_prod_t < 1), "`alpha_prod_t` must be in (0, 1)"),
-        ((alpha_prod_t_prev > 0) & (alpha_prod_t_prev <= 1), "`alpha_prod_t_prev` must be in (0, 1]"),
-        (alpha_prod_t_prev >= alpha_prod_t, "`alpha_prod_t_prev` must be >= `alpha_prod_t` (sampling runs from noise to data)"),
-        ((eta >= 0) & (eta <= 1), "`eta` must be in [0, 1] (and not NaN)"),
-    ])
+    """ValueError unless the DDIM arguments are valid (tensors of any shape); see ``check_flow_args``."""
+    _require_all(
+        [
+            ((alpha_prod_t > 0) & (alpha_prod_t < 1), "`alpha_prod_t` must be in (0, 1)"),
+            ((alpha_prod_t_prev > 0) & (alpha_prod_t_prev <= 1), "`alpha_prod_t_prev` must be in (0, 1]"),
+            (
+                alpha_prod_t_prev >= alpha_prod_t,
+                "`alpha_prod_t_prev` must be >= `alpha_prod_t` (sampling runs from noise to data)",
+            ),
+            ((eta >= 0) & (eta <= 1), "`eta` must be in [0, 1] (and not NaN)"),
+        ]
+    )
 
 
 def ddim_step(
@@ -461,8 +475,8 @@ def ddim_step(
     alpha_prod_t_prev: Scalar,
     *,
     eta: Scalar,
-    prev_sample: Optional[torch.Tensor] = None,
-    generator: Optional[torch.Generator] = None,
+    prev_sample: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
     prediction_type: str = "epsilon",
     validate: bool = True,
 ) -> Step:

@@ -1,12 +1,12 @@
 """The GRPO epoch loop: sample → rewards → advantages → K inner epochs over the STORED transitions.
 
 One epoch, phase by phase (each a method below):
-1. `sample_phase`  every process samples sample.num_batches_per_epoch batches of sample.batch_size
+1. ``sample_phase``  every process samples sample.num_batches_per_epoch batches of sample.batch_size
                    images with the current policy, recording each transition's log-prob (rollout.py),
                    and scores each batch with the reward plug-ins as soon as it is decoded.
-2. `advantage_phase` rewards are gathered from all processes, turned into group-relative advantages
+2. ``advantage_phase`` rewards are gathered from all processes, turned into group-relative advantages
                    by the per-prompt stat tracker (advantages.py), and each process keeps its slice.
-3. `train_phase`   train.num_inner_epochs passes over the stored transitions: samples shuffled, split
+3. ``train_phase``   train.num_inner_epochs passes over the stored transitions: samples shuffled, split
                    into minibatches of train.batch_size; for each minibatch and each of its K trained
                    steps: recompute the log-prob of the stored x_{j+1}, ratio against the stored one,
                    clipped surrogate (+ β·KL to the reference), backward (one step at a time);
@@ -53,7 +53,6 @@ GRAD_NORM_WINDOW = 20  # optimizer steps whose median gradient norm sets the rel
 GRAD_NORM_MIN_HISTORY = 5  # no relative clip before this many steps
 
 
-
 class Trainer:
     def __init__(self, config, accelerator=None):
         from accelerate import Accelerator
@@ -91,13 +90,20 @@ class Trainer:
         if config.resume_from:
             self._resume(config.resume_from)
         self.logger = MetricsLogger(
-            str(self.run_dir), tracker=config.logging.tracker, project=config.logging.project,
-            run_name=self.run_dir.name, config=config.to_dict(), enabled=self.main,
+            str(self.run_dir),
+            tracker=config.logging.tracker,
+            project=config.logging.project,
+            run_name=self.run_dir.name,
+            config=config.to_dict(),
+            enabled=self.main,
             resume_epoch=self.start_epoch if config.resume_from else None,
         )
         if self.main and self.logger.superseded:
-            print(f"metrics.jsonl: {self.logger.superseded} row(s) logged after the checkpoint (epochs this run "
-                  f"replays) moved to metrics.superseded.jsonl", flush=True)
+            print(
+                f"metrics.jsonl: {self.logger.superseded} row(s) logged after the checkpoint (epochs this run "
+                f"replays) moved to metrics.superseded.jsonl",
+                flush=True,
+            )
         self._print_startup()
 
     # ------------------------------------------------------------------ set-up
@@ -124,8 +130,10 @@ class Trainer:
 
         builders = tiny.BUILDERS  # "sd3" | "sd" | "denoiser"
         if self.config.pretrained.tiny not in builders:
-            raise ConfigError(f"pretrained.tiny={self.config.pretrained.tiny!r} must be one of {sorted(builders)} "
-                              "(used when pretrained.model is empty)")
+            raise ConfigError(
+                f"pretrained.tiny={self.config.pretrained.tiny!r} must be one of {sorted(builders)} "
+                "(used when pretrained.model is empty)"
+            )
         return builders[self.config.pretrained.tiny]
 
     def _model_path(self) -> str:
@@ -144,8 +152,11 @@ class Trainer:
         self.model_path = self._model_path()
         pipeline = load_pipeline(self.model_path)
         self.policy = build_policy(
-            pipeline, resolution=cfg.sample.resolution, max_sequence_length=cfg.sample.max_sequence_length,
-            sde_type=cfg.sample.sde_type, kernel=cfg.sample.get("kernel", ""),
+            pipeline,
+            resolution=cfg.sample.resolution,
+            max_sequence_length=cfg.sample.max_sequence_length,
+            sde_type=cfg.sample.sde_type,
+            kernel=cfg.sample.get("kernel", ""),
         )
         weight_dtype = WEIGHT_DTYPES[cfg.mixed_precision]
         pipeline.to(self.acc.device)
@@ -170,8 +181,12 @@ class Trainer:
         self.reference = None
         if t.beta > 0:
             self.reference = Reference(
-                self.policy, denoiser, lora=t.use_lora, update=t.reference_update,
-                freq=t.reference_update_freq, alpha=t.reference_mix_alpha,
+                self.policy,
+                denoiser,
+                lora=t.use_lora,
+                update=t.reference_update,
+                freq=t.reference_update_freq,
+                alpha=t.reference_mix_alpha,
             )
 
     def _setup_optimizer(self):
@@ -180,8 +195,11 @@ class Trainer:
             optimizer = torch.optim.SGD(list(self.params.values()), lr=t.learning_rate, momentum=t.sgd_momentum)
         else:
             optimizer = torch.optim.AdamW(
-                list(self.params.values()), lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2),
-                weight_decay=t.adam_weight_decay, eps=t.adam_epsilon,
+                list(self.params.values()),
+                lr=t.learning_rate,
+                betas=(t.adam_beta1, t.adam_beta2),
+                weight_decay=t.adam_weight_decay,
+                eps=t.adam_epsilon,
             )
         self.model, self.optimizer = self.acc.prepare(self.policy.denoiser, optimizer)
 
@@ -212,14 +230,20 @@ class Trainer:
         cfg = self.config
         t = cfg.train
         self.tracker = RewardAdvantages(
-            self.reward.weights, cfg.reward.aggregation, mode=t.adv_mode, buffer_size=t.adv_buffer_size,
-            min_count=t.adv_min_count, ema_decay=t.adv_ema_decay, clip=t.adv_clip_max if t.adv_clip_max > 0 else None,
+            self.reward.weights,
+            cfg.reward.aggregation,
+            mode=t.adv_mode,
+            buffer_size=t.adv_buffer_size,
+            min_count=t.adv_min_count,
+            ema_decay=t.adv_ema_decay,
+            clip=t.adv_clip_max if t.adv_clip_max > 0 else None,
         )
         s = cfg.sample
         self.plan = StepPlan(
             window_size=s.sde_window_size,
             window_range=tuple(s.sde_window_range) if s.sde_window_range is not None else None,
-            fraction=t.timestep_fraction, selection=t.timestep_selection,
+            fraction=t.timestep_fraction,
+            selection=t.timestep_selection,
         )
         self.noise_level = s.noise_level if self.policy.noise_field == "sample.noise_level" else s.eta
         if self.noise_level <= 0 and s.share_group_noise:
@@ -232,18 +256,33 @@ class Trainer:
                 f"{self.policy.noise_field}={self.noise_level}: with no noise every sampling step is deterministic "
                 f"and there is no transition to train; set {self.policy.noise_field} > 0 for this {type(self.policy).__name__}"
             )
-        self.update = make_update(UpdateContext(
-            config=cfg, policy=self.policy, model=self.model, acc=self.acc, params=self.params,
-            reference=self.reference, autocast=self.autocast, rank=self.rank,
-        ))
+        self.update = make_update(
+            UpdateContext(
+                config=cfg,
+                policy=self.policy,
+                model=self.model,
+                acc=self.acc,
+                params=self.params,
+                reference=self.reference,
+                autocast=self.autocast,
+                rank=self.rank,
+            )
+        )
         self.evaluator = Evaluator(cfg, self.eval_reward) if cfg.eval.freq else None
         p = cfg.probe
-        self.probe = PairedProbe(self.run_dir, self.prompt_sampler, num_prompts=p.prompts, group_size=p.group_size,
-                                 seed=cfg.seed) if p.freq else None
+        self.probe = (
+            PairedProbe(
+                self.run_dir, self.prompt_sampler, num_prompts=p.prompts, group_size=p.group_size, seed=cfg.seed
+            )
+            if p.freq
+            else None
+        )
         report_rows = self.evaluator.rows if self.evaluator is not None else self.rows
         self.report = RunReport(
-            self.run_dir, [report_rows[i % len(report_rows)] for i in range(cfg.logging.num_images)],
-            self.policy.preview, group_by=cfg.eval.group_by,
+            self.run_dir,
+            [report_rows[i % len(report_rows)] for i in range(cfg.logging.num_images)],
+            self.policy.preview,
+            group_by=cfg.eval.group_by,
         )
         self._reward_pool = None
         if cfg.reward.num_workers > 0:
@@ -268,9 +307,11 @@ class Trainer:
         lines += [f"{k}: {v}" for k, v in self.totals.items()]
         lines.append(f"trainable parameters: {sum(p.numel() for p in self.params.values()):,}")
         if self.config.expected_minutes:
-            lines.append(f"expected duration: about {self.config.expected_minutes:.0f} min on a free 2-core CPU "
-                         "(more on a busy or slower machine: OMP_NUM_THREADS=1 then); --config.num_epochs trades "
-                         "time for gain")
+            lines.append(
+                f"expected duration: about {self.config.expected_minutes:.0f} min on a free 2-core CPU "
+                "(more on a busy or slower machine: OMP_NUM_THREADS=1 then); --config.num_epochs trades "
+                "time for gain"
+            )
         print("\n".join(lines), flush=True)
 
     def autocast(self):
@@ -306,9 +347,17 @@ class Trainer:
             rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
             start = time.perf_counter()
             rollout = sample_rollout(
-                self.policy, self.policy.denoiser, [rows[g] for g, _ in batch], seeds=seeds,
-                num_steps=s.num_steps, guidance_scale=s.guidance_scale, noise_level=self.noise_level,
-                plan=self.plan, generator=generator, rng=rng, negative_prompt=s.negative_prompt,
+                self.policy,
+                self.policy.denoiser,
+                [rows[g] for g, _ in batch],
+                seeds=seeds,
+                num_steps=s.num_steps,
+                guidance_scale=s.guidance_scale,
+                noise_level=self.noise_level,
+                plan=self.plan,
+                generator=generator,
+                rng=rng,
+                negative_prompt=s.negative_prompt,
                 autocast=self.autocast,
             )
             timing["sample"] += time.perf_counter() - start
@@ -379,13 +428,20 @@ class Trainer:
                 shuffled = _shuffle_steps(shuffled, gen)
             inner_stats = Stats()
             num_minibatches = n // mb
-            for i in self._progress(range(num_minibatches), f"epoch {epoch}: training {inner + 1}/{t.num_inner_epochs}"):
+            for i in self._progress(
+                range(num_minibatches), f"epoch {epoch}: training {inner + 1}/{t.num_inner_epochs}"
+            ):
                 idx = torch.arange(i * mb, (i + 1) * mb)
                 sync = (i + 1) % t.gradient_accumulation_steps == 0
                 first = inner == 0 and i == 0  # before any update: the on-policy check
                 diff = self.update.minibatch(
-                    shuffled.select(idx), adv[idx.to(adv.device)], perm[idx], sync=sync, stats=stats,
-                    inner=inner_stats, check=first,
+                    shuffled.select(idx),
+                    adv[idx.to(adv.device)],
+                    perm[idx],
+                    sync=sync,
+                    stats=stats,
+                    inner=inner_stats,
+                    check=first,
                 )
                 if first:
                     mismatch = diff
@@ -397,9 +453,11 @@ class Trainer:
                 break
         self.model.eval()
         out = {
-            "train/loss": stats.mean("loss"), "train/policy_loss": stats.mean("policy_loss"),
+            "train/loss": stats.mean("loss"),
+            "train/policy_loss": stats.mean("policy_loss"),
             "train/kl": stats.mean("kl") if self.reference is not None else float("nan"),
-            "train/approx_kl": stats.mean("approx_kl"), "train/clipfrac": stats.mean("clipfrac"),
+            "train/approx_kl": stats.mean("approx_kl"),
+            "train/clipfrac": stats.mean("clipfrac"),
             "train/ratio_mean": stats.mean("ratio"),
             "train/grad_norm": float(np.mean([g for g in grad_norms if np.isfinite(g)] or [np.nan])),
         }
@@ -509,24 +567,40 @@ class Trainer:
         return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
 
     def sample_fixed(self, rows, reward=None, **kwargs):
-        """Deterministic samples (ODE / DDIM η=0, sample.eval_num_steps, seeds from eval.seed) of `rows`,
-        with the EMA weights when train.ema, scored by `reward` when given: `evaluation.evaluate`'s
+        """Deterministic samples (ODE / DDIM η=0, sample.eval_num_steps, seeds from eval.seed) of ``rows``,
+        with the EMA weights when train.ema, scored by ``reward`` when given: ``evaluation.evaluate``'s
         (metrics, samples, captions). The callable the evaluation and report hooks are handed."""
         cfg, s = self.config, self.config.sample
         with self._weights_for_eval():
             return evaluate(
-                self.policy, rows, reward, num_steps=s.eval_num_steps, guidance_scale=s.guidance_scale,
-                seed=cfg.eval.seed, batch_size=s.batch_size, negative_prompt=s.negative_prompt,
-                autocast=self.autocast, **kwargs,
+                self.policy,
+                rows,
+                reward,
+                num_steps=s.eval_num_steps,
+                guidance_scale=s.guidance_scale,
+                seed=cfg.eval.seed,
+                batch_size=s.batch_size,
+                negative_prompt=s.negative_prompt,
+                autocast=self.autocast,
+                **kwargs,
             )
 
     def _probe_sample(self, rows, seeds, generator, rng):
-        """Samples of `rows` with the training sampler (current weights), for the paired probe."""
+        """Samples of ``rows`` with the training sampler (current weights), for the paired probe."""
         s = self.config.sample
         rollout = sample_rollout(
-            self.policy, self.policy.denoiser, rows, seeds=seeds, num_steps=s.num_steps, guidance_scale=s.guidance_scale,
-            noise_level=self.noise_level, plan=self.plan, generator=generator, rng=rng,
-            negative_prompt=s.negative_prompt, autocast=self.autocast,
+            self.policy,
+            self.policy.denoiser,
+            rows,
+            seeds=seeds,
+            num_steps=s.num_steps,
+            guidance_scale=s.guidance_scale,
+            noise_level=self.noise_level,
+            plan=self.plan,
+            generator=generator,
+            rng=rng,
+            negative_prompt=s.negative_prompt,
+            autocast=self.autocast,
         )
         return rollout.samples.cpu()
 
@@ -539,8 +613,9 @@ class Trainer:
         """probe/* metrics (main process; the others wait). Before the first update it records the baseline."""
         metrics = {}
         if self.main:
-            rewards = self.probe.measure(self._probe_sample, self._probe_score, self.config.sample.batch_size,
-                                         self.acc.device)
+            rewards = self.probe.measure(
+                self._probe_sample, self._probe_score, self.config.sample.batch_size, self.acc.device
+            )
             if self.probe.before is None:
                 self.probe.record_before(rewards)
             metrics = self.probe.metrics(rewards)
@@ -571,18 +646,25 @@ class Trainer:
             if self.reference is not None and self.reference.state_dict():
                 tensors["reference"] = self.reference.state_dict()
             state = {
-                "epoch": epoch, "global_step": self.global_step, "tracker": self.tracker.state_dict(),
+                "epoch": epoch,
+                "global_step": self.global_step,
+                "tracker": self.tracker.state_dict(),
                 "grad_norms": self.grad_norm_history[-GRAD_NORM_WINDOW:],
-                "rng": ckpt.rng_state(), "config": json.loads(self.config.to_json()),
+                "rng": ckpt.rng_state(),
+                "config": json.loads(self.config.to_json()),
             }
             ckpt.save_checkpoint(
-                self.run_dir, epoch, tensors=tensors, optimizer_state=self.optimizer.state_dict(), state=state,
+                self.run_dir,
+                epoch,
+                tensors=tensors,
+                optimizer_state=self.optimizer.state_dict(),
+                state=state,
                 keep_last=self.config.num_checkpoint_limit or None,
             )
         self.acc.wait_for_everyone()
 
     def _resume(self, path: str) -> None:
-        """Continue from the newest complete checkpoint under `path` (falling back past a corrupt one, logged)."""
+        """Continue from the newest complete checkpoint under ``path`` (falling back past a corrupt one, logged)."""
         loaded = ckpt.load_latest(path, log=lambda line: print(line, flush=True) if self.main else None)
         found, state = loaded["path"], loaded["state"]
         self._check_resumable(loaded["tensors"]["model"], state.get("config", {}), found)
@@ -616,11 +698,21 @@ class Trainer:
             before, now = saved.get(section, {}).get(key), self.config[section][key]
             if before is not None and _plain(before) != _plain(now):
                 differ.append(f"{field}={now!r} (the checkpoint's run: {before!r})")
-        detail = (f"{len(missing)} trainable weights missing (e.g. {missing[:1]}), {len(unexpected)} unexpected, "
-                  f"{len(shapes)} of another shape" + (f" (e.g. {shapes[0]}: {tuple(weights[shapes[0]].shape)} saved, "
-                                                       f"{tuple(self.params[shapes[0]].shape)} now)" if shapes else ""))
-        fix = ("; ".join(differ) + ": resume with the checkpoint's values") if differ else (
-            "check train.use_lora / train.lora_rank / pretrained.model against the resumed run")
+        detail = (
+            f"{len(missing)} trainable weights missing (e.g. {missing[:1]}), {len(unexpected)} unexpected, "
+            f"{len(shapes)} of another shape"
+            + (
+                f" (e.g. {shapes[0]}: {tuple(weights[shapes[0]].shape)} saved, "
+                f"{tuple(self.params[shapes[0]].shape)} now)"
+                if shapes
+                else ""
+            )
+        )
+        fix = (
+            ("; ".join(differ) + ": resume with the checkpoint's values")
+            if differ
+            else ("check train.use_lora / train.lora_rank / pretrained.model against the resumed run")
+        )
         raise ConfigError(f"resume_from: checkpoint {found} does not fit this model: {detail}. {fix}")
 
     def export_final(self) -> Path:
@@ -679,7 +771,14 @@ def _duration(seconds: float) -> str:
 
 
 def _summary(epoch: int, m: dict) -> str:
-    keys = ["reward/mean", "reward/std", "probe/diff", "train/approx_kl", "train/clipfrac", "train/logp_mismatch",
-            "perf/epoch_s"]
+    keys = [
+        "reward/mean",
+        "reward/std",
+        "probe/diff",
+        "train/approx_kl",
+        "train/clipfrac",
+        "train/logp_mismatch",
+        "perf/epoch_s",
+    ]
     parts = [f"{k.split('/', 1)[1]}={m[k]:.4g}" for k in keys if k in m and m[k] == m[k]]
     return f"epoch {epoch}: " + " ".join(parts)

@@ -1,22 +1,22 @@
-"""What one minibatch of an epoch back-propagates: the objective of `train.objective`.
+"""What one minibatch of an epoch back-propagates: the objective of ``train.objective``.
 
 The trainer owns the loop (inner epochs, shuffling, minibatches, optimizer steps, the KL early stop);
 an updater turns one minibatch of samples into gradients and per-sample statistics:
 
-* `TransitionUpdate` ("grpo"): every trained transition x_j → x_{j+1} stored by the rollout is
-  re-scored (the same `policy.predict` + `policy.step` calls the sampler made), and the PPO clipped
+* ``TransitionUpdate`` ("grpo"): every trained transition x_j → x_{j+1} stored by the rollout is
+  re-scored (the same ``policy.predict`` + ``policy.step`` calls the sampler made), and the PPO clipped
   surrogate of its log-probability ratio to the stored one is back-propagated, one denoising step at
-  a time (+ β·KL to the reference). The trust region is per sample (`losses.clipped_surrogate`).
-* `ForwardUpdate` ("awm", "nft", "rwr"): the rollout's FINAL samples are noised again at
-  `train.forward_timesteps` levels u per sample (`policy.forward_process`) and the objective of
-  `losses.FORWARD_OBJECTIVES` compares the model's conditional prediction there with the pretraining
+  a time (+ β·KL to the reference). The trust region is per sample (``losses.clipped_surrogate``).
+* ``ForwardUpdate`` ("awm", "nft", "rwr"): the rollout's FINAL samples are noised again at
+  ``train.forward_timesteps`` levels u per sample (``policy.forward_process``) and the objective of
+  ``losses.FORWARD_OBJECTIVES`` compares the model's conditional prediction there with the pretraining
   target, against the sampling policy's prediction at the same point (the epoch-start weights, swapped
   in under no_grad) (+ β·E‖f_θ − f_ref‖², the reference's squared prediction gap). No log-density of a
   transition is needed, so rollouts may be deterministic (noise level 0) and use any number of steps.
 
 Samples whose advantage is exactly 0 contribute no gradient to "grpo" and "awm" (their losses are
 −A·ratio) when there is no KL term: they are left out of the forward passes and counted
-(`train/skipped_samples`); the per-step weights keep the full minibatch's normalisation, so the
+(``train/skipped_samples``); the per-step weights keep the full minibatch's normalisation, so the
 gradient is the same as with them.
 """
 
@@ -99,17 +99,32 @@ class TransitionUpdate:
     def prepare(self, epoch: int, rollout: Rollout, advantages: torch.Tensor) -> None:
         self.skipped = 0
 
-    def minibatch(self, batch: Rollout, adv: torch.Tensor, index: torch.Tensor, *, sync: bool, stats: Stats,
-                  inner: Stats, check: bool) -> float:
-        """Backward every trained transition of one minibatch; max |recomputed − stored log-prob| when `check`."""
+    def minibatch(
+        self,
+        batch: Rollout,
+        adv: torch.Tensor,
+        index: torch.Tensor,
+        *,
+        sync: bool,
+        stats: Stats,
+        inner: Stats,
+        check: bool,
+    ) -> float:
+        """Backward every trained transition of one minibatch; max |recomputed − stored log-prob| when ``check``."""
         ctx, t, s = self.ctx, self.ctx.config.train, self.ctx.config.sample
         guidance = s.guidance_scale if t.cfg else 1.0
         k_steps = batch.train_steps.shape[1]
         constant = t.loss_norm_constant or k_steps
-        weight = aggregation_weight(
-            t.loss_aggregation, num_samples=len(batch), num_transitions=k_steps, constant=constant,
-            num_valid=int(batch.train_mask.sum()),
-        ) / t.gradient_accumulation_steps
+        weight = (
+            aggregation_weight(
+                t.loss_aggregation,
+                num_samples=len(batch),
+                num_transitions=k_steps,
+                constant=constant,
+                num_valid=int(batch.train_mask.sum()),
+            )
+            / t.gradient_accumulation_steps
+        )
         kept, skipped = _kept(adv, self.name, t.beta)
         self.skipped += skipped
         batch, adv = batch.select(kept.cpu()), adv[kept]
@@ -125,16 +140,18 @@ class TransitionUpdate:
             last = sync and k == k_steps - 1
             with contextlib.nullcontext() if last else ctx.acc.no_sync(ctx.model):
                 with ctx.autocast():
-                    out = ctx.policy.predict(ctx.model, x, timesteps, batch.cond, guidance,
-                                             detach_uncond=t.cfg_uncond_grad == "detach")
+                    out = ctx.policy.predict(
+                        ctx.model, x, timesteps, batch.cond, guidance, detach_uncond=t.cfg_uncond_grad == "detach"
+                    )
                 step = ctx.policy.step(out, x, args, levels, prev_sample=x_next)
                 old = batch.log_probs[rows, j]  # [B]
                 policy_term, info = self.loss_fn(step.log_prob, old, adv, t.clip_range, dims)
                 loss = policy_term
                 if ref_step is not None:
                     dt = args["sigma"] - args["sigma_next"] if "sigma" in args else None
-                    kl = self.kl_fn(step.log_prob, ref_step.log_prob, mean=step.mean, ref_mean=ref_step.mean,
-                                    std=step.std, step=dt)
+                    kl = self.kl_fn(
+                        step.log_prob, ref_step.log_prob, mean=step.mean, ref_mean=ref_step.mean, std=step.std, step=dt
+                    )
                     loss = loss + t.beta * kl
                 mask = valid.float()
                 ctx.acc.backward((loss * mask).sum() * weight)
@@ -186,18 +203,30 @@ class ForwardUpdate:
             self.rwr_weights = w / w.mean()
 
     def _noise(self, index: torch.Tensor, k: int, shape, device) -> torch.Tensor:
-        noise = [torch.randn(shape, generator=torch.Generator().manual_seed(derive_seed(self.seeds[i], k)))
-                 for i in index.tolist()]
+        noise = [
+            torch.randn(shape, generator=torch.Generator().manual_seed(derive_seed(self.seeds[i], k)))
+            for i in index.tolist()
+        ]
         return torch.stack(noise).to(device)
 
-    def minibatch(self, batch: Rollout, adv: torch.Tensor, index: torch.Tensor, *, sync: bool, stats: Stats,
-                  inner: Stats, check: bool) -> float:
+    def minibatch(
+        self,
+        batch: Rollout,
+        adv: torch.Tensor,
+        index: torch.Tensor,
+        *,
+        sync: bool,
+        stats: Stats,
+        inner: Stats,
+        check: bool,
+    ) -> float:
         """Backward the objective at K noise levels of every sample of one minibatch (no on-policy check here:
-        `train/logp_mismatch` is about stored transitions, which these objectives do not use)."""
+        ``train/logp_mismatch`` is about stored transitions, which these objectives do not use)."""
         ctx, t = self.ctx, self.ctx.config.train
         k_levels = t.forward_timesteps
         weight = aggregation_weight("mean", num_samples=len(batch), num_transitions=k_levels) / (
-            t.gradient_accumulation_steps)
+            t.gradient_accumulation_steps
+        )
         kept, skipped = _kept(adv, self.name, t.beta)
         self.skipped += skipped
         index, adv = index[kept.cpu()], adv[kept]
@@ -221,8 +250,16 @@ class ForwardUpdate:
             with contextlib.nullcontext() if last else ctx.acc.no_sync(ctx.model):
                 with ctx.autocast():
                     pred = ctx.policy.predict(ctx.model, x_t, timesteps, cond, 1.0)
-                term, info = self.objective(pred, noised.target, adv, old_pred=old_pred, scale=noised.scale,
-                                            dims=dims, clip_range=t.clip_range, options=options)
+                term, info = self.objective(
+                    pred,
+                    noised.target,
+                    adv,
+                    old_pred=old_pred,
+                    scale=noised.scale,
+                    dims=dims,
+                    clip_range=t.clip_range,
+                    options=options,
+                )
                 loss = term
                 if ref_pred is not None:
                     kl = (pred.float() - ref_pred.float()).square().reshape(len(pred), -1).mean(dim=1)  # [B]
@@ -242,7 +279,7 @@ class ForwardUpdate:
 
 
 def make_update(ctx: UpdateContext):
-    """The updater of `train.objective`."""
+    """The updater of ``train.objective``."""
     return TransitionUpdate(ctx) if ctx.config.train.objective == "grpo" else ForwardUpdate(ctx)
 
 

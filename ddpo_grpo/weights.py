@@ -2,8 +2,8 @@
 
 Both the reference policy (hard / soft updates) and the EMA of the trainable weights are "another
 value of the same parameters". They are kept as plain dicts name -> tensor and swapped into the
-model only for the forward passes that need them (`swapped`), which costs no copy: the parameters'
-`.data` pointers are exchanged and restored.
+model only for the forward passes that need them (``swapped``), which costs no copy: the parameters'
+``.data`` pointers are exchanged and restored.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def mix_(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor], alpha
 
 @contextlib.contextmanager
 def swapped(params: dict[str, torch.nn.Parameter], values: dict[str, torch.Tensor]):
-    """Temporarily make each parameter hold `values[name]` (cast to its dtype); restore on exit.
+    """Temporarily make each parameter hold ``values[name]`` (cast to its dtype); restore on exit.
 
     Only for forward passes without autograd graphs that outlive the context (run under no_grad).
     """
@@ -50,7 +50,7 @@ def swapped(params: dict[str, torch.nn.Parameter], values: dict[str, torch.Tenso
 class EMA:
     """Exponential moving average θ_ema ← d·θ_ema + (1 − d)·θ of the trainable weights.
 
-    warmup=False (the RL trainer): a constant d = decay, applied as θ_ema·d + θ·(1 − d) (`mix_`).
+    warmup=False (the RL trainer): a constant d = decay, applied as θ_ema·d + θ·(1 − d) (``mix_``).
     warmup=True: update(n), called after optimisation step n (0-based: n steps came before it), uses
     d_n = min(decay, (1 + n)/(10 + n)), so the average forgets the random initialisation quickly
     (d_0 = 0.1, d_90 = 0.91), applied as θ_ema.lerp_(θ, 1 − d_n) (the ShapesWorld pretraining's arithmetic).

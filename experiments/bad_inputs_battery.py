@@ -2,7 +2,7 @@
 
     python experiments/bad_inputs_battery.py --repo /path/to/checkout [--only 10]
 
-Each case of `CASES` (tests/test_bad_inputs.py) runs `python <repo>/scripts/train.py <tiny config> <args>` in
+Each case of ``CASES`` (tests/test_bad_inputs.py) runs ``python <repo>/scripts/train.py <tiny config> <args>`` in
 a fresh directory. It passes when the exit status is the expected one, the output names every expected word,
 there is no traceback, and the run directory was not created. The same table, in-process, is the test; this
 script exists to measure a checkout that predates the test (docs/experiments/ cite its counts).
@@ -34,8 +34,15 @@ def run_case(repo: Path, extra: list[str], setup) -> tuple[int, str, Path]:
     tmp = Path(tempfile.mkdtemp(prefix="battery-"))
     setup(tmp)
     args = [a.replace("{tmp}", str(tmp)).replace(str(HERE / "config"), str(repo / "config")) for a in extra]
-    cmd = [sys.executable, str(repo / "scripts" / "train.py"), f"--config={repo / 'config' / 'quickstart.py'}:tiny",
-           f"--config.logdir={tmp / 'logs'}", "--config.run_name=r", "--config.logging.progress=False", *args]
+    cmd = [
+        sys.executable,
+        str(repo / "scripts" / "train.py"),
+        f"--config={repo / 'config' / 'quickstart.py'}:tiny",
+        f"--config.logdir={tmp / 'logs'}",
+        "--config.run_name=r",
+        "--config.logging.progress=False",
+        *args,
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=env, timeout=600)
@@ -65,8 +72,11 @@ def main() -> int:
         passed += ok
         failed = ", ".join(k for k, v in checks.items() if not v)
         last = output.strip().splitlines()[-1][:150] if output.strip() else ""
-        print(f"{'PASS' if ok else 'FAIL'} {name:32s} exit {code:3d} {time.perf_counter() - start:5.1f}s "
-              f"{'' if ok else '(' + failed + ') ' + last}", flush=True)
+        print(
+            f"{'PASS' if ok else 'FAIL'} {name:32s} exit {code:3d} {time.perf_counter() - start:5.1f}s "
+            f"{'' if ok else '(' + failed + ') ' + last}",
+            flush=True,
+        )
     print(f"{passed}/{len(cases)} cases passed for {args.repo}")
     return 0
 

@@ -4,12 +4,22 @@ Use :func:`build_reward` with ``{name: weight}`` to get a :class:`MultiReward`;
 names come from :data:`REGISTRY` or are ``"path/to/file.py:fn_name"`` specs.
 Importing this package registers the built-in rewards (cheap: no model weights).
 """
+
+from . import aesthetic, clip_score, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
 from .contract import RewardFactory, RewardFn, coerce_scores, to_pil, to_uint8
 from .registry import REGISTRY, MultiReward, build_reward, load_reward, register
-from . import aesthetic, clip_score, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
+
 # (importing only registers factories: model weights load when a reward is built)
 
 __all__ = [
-    "REGISTRY", "MultiReward", "RewardFactory", "RewardFn", "build_reward", "coerce_scores", "load_reward", "register",
-    "to_pil", "to_uint8",
+    "REGISTRY",
+    "MultiReward",
+    "RewardFactory",
+    "RewardFn",
+    "build_reward",
+    "coerce_scores",
+    "load_reward",
+    "register",
+    "to_pil",
+    "to_uint8",
 ]

@@ -24,10 +24,12 @@ pipelines: in ``"shortest"`` mode the long side is truncated (torchvision ``Resi
 ``"longest"`` mode the short side is rounded and the padding split as open_clip's ``ResizeMaxSize``.
 What remains is PIL's uint8 rounding, which this float path skips.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,23 +43,28 @@ OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 RESIZE_MODES = ("shortest", "longest", "squash")
 
 _DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
 }
 
 
 # ----------------------------------------------------------------------------- arguments
 
 
-def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
+def resolve_device(device: str | torch.device | None) -> torch.device:
     """``None`` -> ``"cuda"`` if available else ``"cpu"``; strings/devices pass through."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(device)
 
 
-def resolve_dtype(dtype: Union[str, torch.dtype, None]) -> torch.dtype:
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
     """A ``torch.dtype`` or one of ``float32|fp32|float16|fp16|bfloat16|bf16`` (``None`` -> float32)."""
     if dtype is None:
         return torch.float32
@@ -90,7 +97,7 @@ def as_image_batch(images: Any, reward: str) -> torch.Tensor:
     return x.detach().float()
 
 
-def check_prompts(prompts: Sequence[str], batch: int, reward: str) -> List[str]:
+def check_prompts(prompts: Sequence[str], batch: int, reward: str) -> list[str]:
     """One prompt per image, as ``list[str]``."""
     prompts = list(prompts)
     if len(prompts) != batch:
@@ -98,7 +105,7 @@ def check_prompts(prompts: Sequence[str], batch: int, reward: str) -> List[str]:
     return [str(p) for p in prompts]
 
 
-def require_file(path: Optional[str], *, reward: str, kwarg: str, how_to_get: str) -> str:
+def require_file(path: str | None, *, reward: str, kwarg: str, how_to_get: str) -> str:
     """Return ``path`` if it is an existing file, else raise a ValueError that says how to fix it."""
     if path is None or str(path) == "":
         raise ValueError(
@@ -131,7 +138,7 @@ def load_state_dict_file(path: str) -> dict:
     if not isinstance(sd, dict):
         raise ValueError(f"{path!r} does not hold a state dict (got {type(sd).__name__})")
     if sd and all(k.startswith("module.") for k in sd):
-        sd = {k[len("module."):]: v for k, v in sd.items()}
+        sd = {k[len("module.") :]: v for k, v in sd.items()}
     return sd
 
 
@@ -146,7 +153,7 @@ def _resize(x: torch.Tensor, h: int, w: int) -> torch.Tensor:
 
 def preprocess(
     images: torch.Tensor,
-    size: Union[int, Tuple[int, int]],
+    size: int | tuple[int, int],
     mean: Sequence[float] = OPENAI_CLIP_MEAN,
     std: Sequence[float] = OPENAI_CLIP_STD,
     resize_mode: str = "shortest",
@@ -168,7 +175,7 @@ def preprocess(
             nh, nw = max(th, int(h * scale)), max(tw, int(w * scale))
         x = _resize(x, nh, nw).clamp(0.0, 1.0)
         top, left = int(round((nh - th) / 2.0)), int(round((nw - tw) / 2.0))
-        x = x[..., top:top + th, left:left + tw]  # (B, 3, th, tw)
+        x = x[..., top : top + th, left : left + tw]  # (B, 3, th, tw)
     elif resize_mode == "longest":
         scale = min(th / h, tw / w)
         nh, nw = min(th, round(h * scale)), min(tw, round(w * scale))
@@ -191,7 +198,7 @@ def l2_normalize(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
-def unique_index(prompts: List[str]) -> Tuple[List[str], torch.Tensor]:
+def unique_index(prompts: list[str]) -> tuple[list[str], torch.Tensor]:
     """Unique prompts (first-seen order) and, per input prompt, its index among them.
 
     GRPO batches repeat each prompt ``group_size`` times; text is encoded once per unique prompt.
@@ -201,9 +208,7 @@ def unique_index(prompts: List[str]) -> Tuple[List[str], torch.Tensor]:
     return list(uniq), torch.as_tensor(idx, dtype=torch.long)
 
 
-def encode_in_batches(
-    encode: Callable[[slice], torch.Tensor], n: int, batch_size: int
-) -> torch.Tensor:
+def encode_in_batches(encode: Callable[[slice], torch.Tensor], n: int, batch_size: int) -> torch.Tensor:
     """``cat([encode(s) for s in batch_slices(n, batch_size)])`` as float32 on the CPU."""
     return torch.cat([encode(s).float().cpu() for s in batch_slices(n, batch_size)])
 
@@ -211,7 +216,7 @@ def encode_in_batches(
 # ----------------------------------------------------------------------------- open_clip
 
 
-def build_open_clip(model_name: str, pretrained: Optional[str], device: torch.device, dtype: torch.dtype):
+def build_open_clip(model_name: str, pretrained: str | None, device: torch.device, dtype: torch.dtype):
     """``open_clip.create_model(model_name, pretrained)`` in eval mode on ``device`` / ``dtype``.
 
     ``pretrained`` is an open_clip tag (downloaded into the hub cache on first use) or a local
@@ -248,8 +253,8 @@ def open_clip_image_cfg(model: Any) -> dict:
 def open_clip_reward(
     model: Any, tokenizer: Any, model_name: str, *, device, dtype, batch_size: int, resize_mode, reward: str
 ):
-    """The cosine reward fn of an open_clip `model` (already built, or injected: moved to device/dtype),
-    with `tokenizer` defaulting to the architecture's and `resize_mode` (None = the model's own)."""
+    """The cosine reward fn of an open_clip ``model`` (already built, or injected: moved to device/dtype),
+    with ``tokenizer`` defaulting to the architecture's and ``resize_mode`` (None = the model's own)."""
     model = model.to(device=device, dtype=dtype).eval()
     if tokenizer is None:
         tokenizer = open_clip_tokenizer(model_name, model)
@@ -263,7 +268,7 @@ def open_clip_reward(
 
 def open_clip_cosine_fn(
     model: Any,
-    tokenizer: Callable[[List[str]], torch.Tensor],
+    tokenizer: Callable[[list[str]], torch.Tensor],
     *,
     device: torch.device,
     dtype: torch.dtype,
@@ -275,7 +280,7 @@ def open_clip_cosine_fn(
     model.eval()
 
     @torch.no_grad()
-    def fn(images: Any, prompts: List[str], metadata: List[dict]):
+    def fn(images: Any, prompts: list[str], metadata: list[dict]):
         x = as_image_batch(images, reward)
         prompts = check_prompts(prompts, x.shape[0], reward)
         if x.shape[0] == 0:

@@ -20,9 +20,11 @@ Weights:
 Preprocessing matches ``CLIPImageProcessor`` of that checkpoint on float tensors: shortest side to
 224 (bicubic, antialiased), centre crop 224, OpenAI CLIP mean/std.
 """
+
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,7 +79,7 @@ class AestheticMLP(nn.Module):
         return self.layers(embeds)
 
     @classmethod
-    def from_file(cls, path: str) -> "AestheticMLP":
+    def from_file(cls, path: str) -> AestheticMLP:
         """Load a head state dict (``.pth`` with ``weights_only=True``, or ``.safetensors``)."""
         sd = load_state_dict_file(path)
         if "layers.0.weight" not in sd:
@@ -98,16 +100,16 @@ def _load_clip_vision(clip_model: str):
 
 @register("aesthetic")
 def aesthetic(
-    head_path: Optional[str] = None,
+    head_path: str | None = None,
     clip_model: str = "openai/clip-vit-large-patch14",
     *,
     batch_size: int = 32,
-    device: Union[str, torch.device, None] = None,
-    dtype: Union[str, torch.dtype, None] = torch.float32,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = torch.float32,
     image_mean: Sequence[float] = OPENAI_CLIP_MEAN,
     image_std: Sequence[float] = OPENAI_CLIP_STD,
     clip: Any = None,
-    head: Optional[nn.Module] = None,
+    head: nn.Module | None = None,
 ):
     """Build the ``aesthetic`` reward fn (LAION 1-10 scale, see the module docstring).
 
@@ -136,7 +138,7 @@ def aesthetic(
     size = hf_image_size(clip.config)
 
     @torch.no_grad()
-    def fn(images: Any, prompts: List[str], metadata: List[dict]):
+    def fn(images: Any, prompts: list[str], metadata: list[dict]):
         x = as_image_batch(images, "aesthetic")
         scores = []
         for s in batch_slices(x.shape[0], batch_size):

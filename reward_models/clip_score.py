@@ -14,16 +14,18 @@ Weights: ``model_name="ViT-H-14"``, ``pretrained="laion2b_s32b_b79k"`` (open_cli
 ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K``, file ``open_clip_pytorch_model.bin``), or any local
 open_clip checkpoint file passed as ``pretrained``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ._clip_backbones import (
     build_open_clip,
-    open_clip_reward,
     check_batch_size,
+    open_clip_reward,
     resolve_device,
     resolve_dtype,
 )
@@ -33,14 +35,14 @@ from .registry import register
 @register("clip_score")
 def clip_score(
     model_name: str = "ViT-H-14",
-    pretrained: Optional[str] = "laion2b_s32b_b79k",
+    pretrained: str | None = "laion2b_s32b_b79k",
     *,
     batch_size: int = 32,
-    device: Union[str, torch.device, None] = None,
-    dtype: Union[str, torch.dtype, None] = torch.float32,
-    resize_mode: Optional[str] = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = torch.float32,
+    resize_mode: str | None = None,
     model: Any = None,
-    tokenizer: Optional[Callable] = None,
+    tokenizer: Callable | None = None,
 ):
     """Build the ``clip_score`` reward fn (cosine in ``[-1, 1]``, see the module docstring).
 
@@ -63,6 +65,12 @@ def clip_score(
     if model is None:
         model = build_open_clip(model_name, pretrained, device, dtype)
     return open_clip_reward(
-        model, tokenizer, model_name, device=device, dtype=dtype, batch_size=batch_size, resize_mode=resize_mode,
+        model,
+        tokenizer,
+        model_name,
+        device=device,
+        dtype=dtype,
+        batch_size=batch_size,
+        resize_mode=resize_mode,
         reward="clip_score",
     )

@@ -1,8 +1,9 @@
 """JPEG (in)compressibility rewards, as in DDPO: file size at quality 95, in kB."""
+
 from __future__ import annotations
 
 import io
-from typing import Any, List
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ def jpeg_sizes_kb(images: Any, quality: int = 95) -> np.ndarray:
 def jpeg_compressibility(quality: int = 95):
     """Reward = -(JPEG size in kB): smaller files score higher."""
 
-    def fn(images: Any, prompts: List[str], metadata: List[dict]):
+    def fn(images: Any, prompts: list[str], metadata: list[dict]):
         return -jpeg_sizes_kb(images, quality), {}
 
     return fn
@@ -34,7 +35,7 @@ def jpeg_compressibility(quality: int = 95):
 def jpeg_incompressibility(quality: int = 95):
     """Reward = +(JPEG size in kB): larger (more detailed) files score higher."""
 
-    def fn(images: Any, prompts: List[str], metadata: List[dict]):
+    def fn(images: Any, prompts: list[str], metadata: list[dict]):
         return jpeg_sizes_kb(images, quality), {}
 
     return fn

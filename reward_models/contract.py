@@ -104,6 +104,11 @@ def takes_three_positional(obj: Callable) -> bool:
 
 
 __all__ = [
-    "RewardFactory", "RewardFn", "coerce_scores", "per_sample_entries", "takes_three_positional", "to_pil",
+    "RewardFactory",
+    "RewardFn",
+    "coerce_scores",
+    "per_sample_entries",
+    "takes_three_positional",
+    "to_pil",
     "to_uint8",
 ]

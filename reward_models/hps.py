@@ -15,16 +15,18 @@ Hub repo ``xswu/HPSv2``, e.g. ``huggingface-cli download xswu/HPSv2 HPS_v2.1_com
 file holds the complete fine-tuned model (``{"state_dict": ...}``), so no LAION weights are
 needed beside it. It is loaded with ``torch.load(..., weights_only=True)``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ._clip_backbones import (
     build_open_clip,
-    open_clip_reward,
     check_batch_size,
+    open_clip_reward,
     require_file,
     resolve_device,
     resolve_dtype,
@@ -39,15 +41,15 @@ HOW_TO_GET = (
 
 @register("hps")
 def hps(
-    checkpoint: Optional[str] = None,
+    checkpoint: str | None = None,
     model_name: str = "ViT-H-14",
     *,
     batch_size: int = 32,
-    device: Union[str, torch.device, None] = None,
-    dtype: Union[str, torch.dtype, None] = torch.float32,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = torch.float32,
     resize_mode: str = "longest",
     model: Any = None,
-    tokenizer: Optional[Callable] = None,
+    tokenizer: Callable | None = None,
 ):
     """Build the ``hps`` reward fn (HPSv2 cosine in ``[-1, 1]``, see the module docstring).
 
@@ -69,6 +71,12 @@ def hps(
         path = require_file(checkpoint, reward="hps", kwarg="checkpoint", how_to_get=HOW_TO_GET)
         model = build_open_clip(model_name, path, device, dtype)
     return open_clip_reward(
-        model, tokenizer, model_name, device=device, dtype=dtype, batch_size=batch_size, resize_mode=resize_mode,
+        model,
+        tokenizer,
+        model_name,
+        device=device,
+        dtype=dtype,
+        batch_size=batch_size,
+        resize_mode=resize_mode,
         reward="hps",
     )

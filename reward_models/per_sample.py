@@ -50,11 +50,13 @@ raising, so that a mixed dataset can be scored by several plug-ins side by side;
 ``info["unrouted"]`` (and ``info["routed"]`` counts rows per data source), so a typo shows up as a
 large unrouted count and a NaN ``reward/<name>/mean``.
 """
+
 from __future__ import annotations
 
 import inspect
 import numbers
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +68,7 @@ _SOLUTION_NAMES = ("solution", "solution_str")
 _ROW_KEYS = ("data_source", "ground_truth", "extra_info")  # row fields not copied flat into extra_info
 
 
-def _solution_param(obj: Callable) -> Optional[str]:
+def _solution_param(obj: Callable) -> str | None:
     """Name of the "solution" parameter if ``obj`` is a per-sample scorer, else ``None``."""
     try:
         params = inspect.signature(obj).parameters
@@ -99,7 +101,7 @@ def _short(text: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _as_score(value: Any) -> Optional[float]:
+def _as_score(value: Any) -> float | None:
     """A scorer's return value -> float, ``None`` for "not applicable"; raises TypeError otherwise."""
     if isinstance(value, dict):
         if "score" not in value:
@@ -122,7 +124,7 @@ def _describe(value: Any) -> str:
     return f"{_short(repr(value), 60)} ({type(value).__name__})"
 
 
-def _call_kwargs(images: Any, prompts: List[str], metadata: List[dict], i: int) -> Dict[str, Any]:
+def _call_kwargs(images: Any, prompts: list[str], metadata: list[dict], i: int) -> dict[str, Any]:
     """The keyword arguments of the per-sample call for sample ``i`` (solution under "solution")."""
     row = metadata[i] or {}
     extra = {k: v for k, v in row.items() if k not in _ROW_KEYS}
@@ -151,8 +153,7 @@ class PerSampleReward:
         solution = _solution_param(scorer)
         if solution is None:
             raise ValueError(
-                f"reward {name!r}: expected a per-sample scorer with parameters "
-                f"{', '.join(PER_SAMPLE_PARAMS)}"
+                f"reward {name!r}: expected a per-sample scorer with parameters {', '.join(PER_SAMPLE_PARAMS)}"
             )
         if kwargs:
             try:
@@ -164,12 +165,10 @@ class PerSampleReward:
                 ) from exc
         self.scorer, self.name, self.solution_param, self.kwargs = scorer, name, solution, dict(kwargs)
 
-    def score_indices(
-        self, images: Any, prompts: List[str], metadata: List[dict], indices
-    ) -> Tuple[np.ndarray, dict]:
+    def score_indices(self, images: Any, prompts: list[str], metadata: list[dict], indices) -> tuple[np.ndarray, dict]:
         """Scores ``[len(indices)]`` of the samples ``indices`` of a batch, and the info dict."""
         scores = np.full(len(indices), np.nan, dtype=np.float32)
-        extras: Dict[str, np.ndarray] = {}
+        extras: dict[str, np.ndarray] = {}
         num_none = 0
         for j, i in enumerate(indices):
             call = _call_kwargs(images, prompts, metadata, i)
@@ -196,14 +195,14 @@ class PerSampleReward:
                 for key, v in value.items():
                     if key != "score" and isinstance(v, numbers.Real):
                         extras.setdefault(key, np.full(len(indices), np.nan, dtype=np.float32))[j] = float(v)
-        info: Dict[str, Any] = {}
+        info: dict[str, Any] = {}
         if num_none:
             info["num_none"] = num_none
         if extras:
             info["extras"] = extras
         return scores, info
 
-    def __call__(self, images: Any, prompts: List[str], metadata: List[dict]) -> Tuple[np.ndarray, dict]:
+    def __call__(self, images: Any, prompts: list[str], metadata: list[dict]) -> tuple[np.ndarray, dict]:
         return self.score_indices(images, prompts, metadata, range(len(prompts)))
 
 
@@ -223,7 +222,7 @@ class DataSourceRouter:
         if not routes:
             raise ValueError(f"reward {name!r}: the data_source -> scorer dict is empty")
         self.name = name
-        self.routes: Dict[Any, Callable] = {}
+        self.routes: dict[Any, Callable] = {}
         for source, fn in routes.items():
             label = f"{name}[{source!r}]"
             if is_per_sample(fn):
@@ -236,10 +235,10 @@ class DataSourceRouter:
                     f"batched fn(images, prompts, metadata), got {_short(repr(fn), 60)}"
                 )
 
-    def __call__(self, images: Any, prompts: List[str], metadata: List[dict]) -> Tuple[np.ndarray, dict]:
+    def __call__(self, images: Any, prompts: list[str], metadata: list[dict]) -> tuple[np.ndarray, dict]:
         batch = len(prompts)
         scores = np.full(batch, np.nan, dtype=np.float32)
-        groups: Dict[Any, List[int]] = {}
+        groups: dict[Any, list[int]] = {}
         unrouted = 0
         for i, row in enumerate(metadata):
             source = (row or {}).get("data_source")
@@ -251,7 +250,7 @@ class DataSourceRouter:
                 groups.setdefault(source, []).append(i)
             else:
                 unrouted += 1
-        info: Dict[str, Any] = {"unrouted": unrouted, "routed": {str(s): len(ix) for s, ix in groups.items()}}
+        info: dict[str, Any] = {"unrouted": unrouted, "routed": {str(s): len(ix) for s, ix in groups.items()}}
         for source, idx in groups.items():
             fn = self.routes[source]
             label = f"{self.name}[{source!r}]"
@@ -272,7 +271,7 @@ class DataSourceRouter:
         return scores, info
 
 
-def _select(images: Any, idx: List[int]) -> Any:
+def _select(images: Any, idx: list[int]) -> Any:
     """``images[idx]`` for a tensor or an array (a list of indices)."""
     if hasattr(images, "detach"):
         import torch

@@ -18,9 +18,10 @@ model's 77 positions, so a prompt's embedding does not depend on its batch); the
 preprocessed in torch with the processor's settings (shortest side to 224, bicubic, centre crop
 224, its mean/std).
 """
+
 from __future__ import annotations
 
-from typing import Any, List, Optional, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -60,9 +61,9 @@ def pickscore(
     processor: Any = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K",
     *,
     batch_size: int = 32,
-    device: Union[str, torch.device, None] = None,
-    dtype: Union[str, torch.dtype, None] = torch.float32,
-    max_length: Optional[int] = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = torch.float32,
+    max_length: int | None = None,
 ):
     """Build the ``pickscore`` reward fn (``exp(logit_scale) * cosine``, see the module docstring).
 
@@ -98,7 +99,7 @@ def pickscore(
     scale = float(model.logit_scale.detach().float().exp())
 
     @torch.no_grad()
-    def fn(images: Any, prompts: List[str], metadata: List[dict]):
+    def fn(images: Any, prompts: list[str], metadata: list[dict]):
         x = as_image_batch(images, "pickscore")
         prompts = check_prompts(prompts, x.shape[0], "pickscore")
         if x.shape[0] == 0:
@@ -110,12 +111,12 @@ def pickscore(
             return hf_image_embeds(model, pix)  # (b, D)
 
         def enc_text(s: slice) -> torch.Tensor:
-            tok = tokenizer(
-                uniq[s], padding="max_length", truncation=True, max_length=max_length, return_tensors="pt"
-            )
-            return hf_features(model.get_text_features(
-                input_ids=tok["input_ids"].to(device), attention_mask=tok["attention_mask"].to(device)
-            ))  # (u, D)
+            tok = tokenizer(uniq[s], padding="max_length", truncation=True, max_length=max_length, return_tensors="pt")
+            return hf_features(
+                model.get_text_features(
+                    input_ids=tok["input_ids"].to(device), attention_mask=tok["attention_mask"].to(device)
+                )
+            )  # (u, D)
 
         img = l2_normalize(encode_in_batches(enc_image, x.shape[0], batch_size))  # (B, D)
         txt = l2_normalize(encode_in_batches(enc_text, len(uniq), batch_size))[idx]  # (B, D)

@@ -19,11 +19,13 @@ A user file (``"path/to/file.py:attr"``) may also provide a per-sample scorer in
 ``{data_source: scorer}`` routing rows by their ``data_source``; :func:`load_reward` adapts both
 into the batched contract (see :mod:`reward_models.per_sample`).
 """
+
 from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +36,7 @@ from .contract import RewardFactory, RewardFn, coerce_scores, takes_three_positi
 from .per_sample import adapt_per_sample, is_per_sample
 
 #: name -> factory(**kwargs) -> reward fn
-REGISTRY: Dict[str, RewardFactory] = {}
+REGISTRY: dict[str, RewardFactory] = {}
 
 
 def register(name: str) -> Callable[[RewardFactory], RewardFactory]:
@@ -105,14 +107,12 @@ def _load_user_attr(spec_str: str) -> Any:
             )
     if not hasattr(module, attr):
         raise ValueError(
-            f"reward {spec_str!r}: file {path!r} has no attribute {attr!r}; "
-            f"callables defined there: {public}"
+            f"reward {spec_str!r}: file {path!r} has no attribute {attr!r}; callables defined there: {public}"
         )
     obj = getattr(module, attr)
     if not callable(obj) and not isinstance(obj, Mapping):
         raise ValueError(
-            f"reward {spec_str!r}: {attr!r} in {path!r} is not callable "
-            "(nor a {data_source: scorer} dict)"
+            f"reward {spec_str!r}: {attr!r} in {path!r} is not callable (nor a {{data_source: scorer}} dict)"
         )
     return obj
 
@@ -127,7 +127,7 @@ def _is_factory(obj: Callable) -> bool:
     return not is_per_sample(obj) and not takes_three_positional(obj)
 
 
-def check_reward_spec(spec: str) -> Optional[str]:
+def check_reward_spec(spec: str) -> str | None:
     """Why ``spec`` (a reward name or ``"path/to/file.py:fn"``) cannot be loaded, or None; nothing is built."""
     if spec in REGISTRY or spec in plugins.names("rewards"):
         return None
@@ -186,33 +186,31 @@ class MultiReward:
     scalar reward used for advantages; :meth:`stats` gives logging metrics.
     """
 
-    def __init__(self, entries: Sequence[Tuple[str, float, RewardFn]]):
+    def __init__(self, entries: Sequence[tuple[str, float, RewardFn]]):
         if not entries:
             raise ValueError("MultiReward needs at least one reward")
-        self.entries: List[Tuple[str, float, RewardFn]] = [(n, float(w), f) for n, w, f in entries]
+        self.entries: list[tuple[str, float, RewardFn]] = [(n, float(w), f) for n, w, f in entries]
 
     @property
-    def names(self) -> List[str]:
+    def names(self) -> list[str]:
         """Reward names in evaluation order."""
         return [n for n, _, _ in self.entries]
 
     @property
-    def weights(self) -> Dict[str, float]:
+    def weights(self) -> dict[str, float]:
         """name -> weight."""
         return {n: w for n, w, _ in self.entries}
 
-    def __call__(self, images: Any, prompts: List[str], metadata: List[dict]) -> Tuple[Dict[str, np.ndarray], dict]:
+    def __call__(self, images: Any, prompts: list[str], metadata: list[dict]) -> tuple[dict[str, np.ndarray], dict]:
         """Evaluate every reward; returns ``(per_reward, info)``.
 
         ``info`` holds each reward's info dict under its name (only non-empty ones).
         """
         batch = len(images)
         if len(prompts) != batch or len(metadata) != batch:
-            raise ValueError(
-                f"rewards got {batch} images but {len(prompts)} prompts and {len(metadata)} metadata rows"
-            )
-        per_reward: Dict[str, np.ndarray] = {}
-        info: Dict[str, Any] = {}
+            raise ValueError(f"rewards got {batch} images but {len(prompts)} prompts and {len(metadata)} metadata rows")
+        per_reward: dict[str, np.ndarray] = {}
+        info: dict[str, Any] = {}
         for name, _, fn in self.entries:
             try:
                 out = fn(images, prompts, metadata)
@@ -236,7 +234,7 @@ class MultiReward:
                 info[name] = r_info
         return per_reward, info
 
-    def combine(self, per_reward: Dict[str, np.ndarray]) -> np.ndarray:
+    def combine(self, per_reward: dict[str, np.ndarray]) -> np.ndarray:
         """Weighted sum ``sum_i w_i * s_i``; NaN terms are skipped, all-NaN -> NaN."""
         stacked = np.stack([np.asarray(per_reward[n], dtype=np.float32) for n in self.names])  # [R, B]
         w = np.asarray([w for _, w, _ in self.entries], dtype=np.float32)[:, None]
@@ -245,17 +243,17 @@ class MultiReward:
         total[~valid.any(axis=0)] = np.nan
         return total
 
-    def stats(self, per_reward: Dict[str, np.ndarray], combined: np.ndarray) -> Dict[str, float]:
+    def stats(self, per_reward: dict[str, np.ndarray], combined: np.ndarray) -> dict[str, float]:
         """NaN-aware mean/std of the combined reward and of each reward."""
 
-        def mean_std(x: np.ndarray) -> Tuple[float, float]:
+        def mean_std(x: np.ndarray) -> tuple[float, float]:
             x = np.asarray(x, dtype=np.float64)
             x = x[~np.isnan(x)]
             if x.size == 0:
                 return float("nan"), float("nan")
             return float(x.mean()), float(x.std())
 
-        out: Dict[str, float] = {}
+        out: dict[str, float] = {}
         out["reward/mean"], out["reward/std"] = mean_std(combined)
         for name in self.names:
             out[f"reward/{name}/mean"], out[f"reward/{name}/std"] = mean_std(per_reward[name])
@@ -263,7 +261,7 @@ class MultiReward:
 
 
 def build_reward(
-    fns: Dict[str, float], kwargs: Optional[Dict[str, dict]] = None, sources: Optional[Dict[str, str]] = None
+    fns: dict[str, float], kwargs: dict[str, dict] | None = None, sources: dict[str, str] | None = None
 ) -> MultiReward:
     """Build a :class:`MultiReward` from ``{name: weight}`` and optional ``{name: factory kwargs}``.
 

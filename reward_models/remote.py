@@ -32,6 +32,7 @@ Client semantics (:class:`RemoteReward`):
 * the bearer token comes from ``token`` or else the ``DDPO_REWARD_TOKEN`` environment variable;
 * connections go straight to the URL: ``http_proxy``-style environment variables are ignored.
 """
+
 from __future__ import annotations
 
 import base64

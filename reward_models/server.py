@@ -37,7 +37,7 @@ What each limit protects:
     whose real path (symlinks resolved) is not inside the root's real path, or not a regular file. The
     check runs where the file is opened: the reward is called inside
     reward_models.similarity.ground_truth_path_policy(policy), which psnr / ssim consult; local training
-    runs without a policy and keeps resolving paths against `root` / the working directory.
+    runs without a policy and keeps resolving paths against ``root`` / the working directory.
   * server paths in answers: refusals name the field (metadata[3]['ground_truth']), never a path; the
     text of reward exceptions is redacted (the data root, working directory and anything path-like).
   * memory: --max_body_mb bounds the bytes received; the JSON limits bound parser recursion and object
@@ -147,8 +147,9 @@ def parse_request(body: bytes) -> tuple[list, list, list, int]:
     """
     containers = body.count(b"[") + body.count(b"{")  # counts brackets inside strings too: an upper bound
     if containers > MAX_JSON_CONTAINERS:
-        raise HTTPError(400, f"body has up to {containers} JSON arrays/objects, more than the server's limit "
-                             f"{MAX_JSON_CONTAINERS}")
+        raise HTTPError(
+            400, f"body has up to {containers} JSON arrays/objects, more than the server's limit {MAX_JSON_CONTAINERS}"
+        )
     try:
         req = json.loads(body)
     except RecursionError:  # deeper than the parser's own limit (~1000)
@@ -210,8 +211,11 @@ def png_sizes(items: list, max_pixels: int = DEFAULT_MAX_PIXELS) -> list[tuple[i
             raise HTTPError(413, f"images[{i}] has {w}x{h} pixels, more than the server's limit {max_pixels}")
         if sizes and (w, h) != sizes[0]:
             w0, h0 = sizes[0]
-            raise HTTPError(400, f"images must all have the same size in one request: images[0] is {w0}x{h0} "
-                                 f"but images[{i}] is {w}x{h}; send one request per size")
+            raise HTTPError(
+                400,
+                f"images must all have the same size in one request: images[0] is {w0}x{h0} "
+                f"but images[{i}] is {w}x{h}; send one request per size",
+            )
         sizes.append((w, h))
     return sizes
 
@@ -292,12 +296,22 @@ class ServerPathPolicy:
     def __call__(self, path: str, index: int, key: str) -> str:
         where = f"metadata[{self.offset + index}][{key!r}]"
         if self.root is None:
-            raise HTTPError(400, f"{where}: file paths in metadata are refused by this server (it was started "
-                                 "without --data_root); send the image itself as a nested (3, H, W) array")
-        if (not path or "\x00" in path or os.path.isabs(path) or path.startswith(("/", "\\"))
-                or ".." in path.replace("\\", "/").split("/")):
-            raise HTTPError(400, f"{where}: only a relative path without '..' components, inside the server's "
-                                 "data root, is accepted")
+            raise HTTPError(
+                400,
+                f"{where}: file paths in metadata are refused by this server (it was started "
+                "without --data_root); send the image itself as a nested (3, H, W) array",
+            )
+        if (
+            not path
+            or "\x00" in path
+            or os.path.isabs(path)
+            or path.startswith(("/", "\\"))
+            or ".." in path.replace("\\", "/").split("/")
+        ):
+            raise HTTPError(
+                400,
+                f"{where}: only a relative path without '..' components, inside the server's data root, is accepted",
+            )
         real = os.path.realpath(os.path.join(self.root, path))
         try:
             inside = os.path.commonpath([real, self.root]) == self.root
@@ -315,8 +329,9 @@ class ServerPathPolicy:
         except Exception as exc:
             raise HTTPError(400, f"{where}: the file is not a readable image ({type(exc).__name__})") from None
         if w * h > min(self.max_pixels, self.left):
-            limit = ("the server's limit per image" if w * h > self.max_pixels
-                     else "what is left of the request's budget")
+            limit = (
+                "the server's limit per image" if w * h > self.max_pixels else "what is left of the request's budget"
+            )
             raise HTTPError(413, f"{where}: the image has {w}x{h} pixels, more than {limit}")
         self.left -= w * h
         return real
@@ -363,9 +378,25 @@ class RewardServer(HTTPServer):
 
     request_queue_size = 128
 
-    def __init__(self, address, reward_fn, *, name, token, max_body, max_batch, max_pixels, data_root,
-                 max_request_pixels, max_server_pixels, max_connections, header_timeout, body_timeout,
-                 budget_wait, max_pending):
+    def __init__(
+        self,
+        address,
+        reward_fn,
+        *,
+        name,
+        token,
+        max_body,
+        max_batch,
+        max_pixels,
+        data_root,
+        max_request_pixels,
+        max_server_pixels,
+        max_connections,
+        header_timeout,
+        body_timeout,
+        budget_wait,
+        max_pending,
+    ):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, RewardHandler)
@@ -392,8 +423,10 @@ class RewardServer(HTTPServer):
         self._work: queue.SimpleQueue = queue.SimpleQueue()
         self._stop, self._stopped = threading.Event(), threading.Event()
         self._stopped.set()
-        self._workers = [threading.Thread(target=self._work_loop, name=f"reward-worker-{i}", daemon=True)
-                         for i in range(self.max_connections)]
+        self._workers = [
+            threading.Thread(target=self._work_loop, name=f"reward-worker-{i}", daemon=True)
+            for i in range(self.max_connections)
+        ]
         for thread in self._workers:
             thread.start()
 
@@ -472,15 +505,22 @@ class RewardServer(HTTPServer):
         sel.unregister(sock)
         if self._work.qsize() >= self.max_connections:
             self.count(busy=1)
-            return self._refuse(sock, addr, 503, f"server busy: all {self.max_connections} workers and queue "
-                                                 "places are taken; retry later", retry_after=1)
+            return self._refuse(
+                sock,
+                addr,
+                503,
+                f"server busy: all {self.max_connections} workers and queue places are taken; retry later",
+                retry_after=1,
+            )
         self._work.put((sock, addr, bytes(buf)))
 
     def _refuse(self, sock: socket.socket, addr, status: int, message: str, retry_after: int = 0) -> None:
         """Answer ``status`` from the accept loop (a short non-blocking send) and close."""
         body = json.dumps({"protocol": PROTOCOL, "error": message}).encode()
-        head = (f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n")
+        head = (
+            f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+        )
         if retry_after:
             head += f"Retry-After: {retry_after}\r\n"
         try:
@@ -544,11 +584,13 @@ class RewardServer(HTTPServer):
                 if isinstance(cause, HTTPError):
                     raise cause from None
                 LOG.exception("reward %r raised", self.name)
-                raise HTTPError(500, redact(f"reward {self.name!r} raised {type(exc).__name__}: {exc}",
-                                            self.secret_paths)) from None
+                raise HTTPError(
+                    500, redact(f"reward {self.name!r} raised {type(exc).__name__}: {exc}", self.secret_paths)
+                ) from None
             if not (isinstance(out, tuple) and len(out) == 2):
-                raise HTTPError(500, f"reward {self.name!r} must return a (scores, info) tuple, "
-                                     f"got {type(out).__name__}")
+                raise HTTPError(
+                    500, f"reward {self.name!r} must return a (scores, info) tuple, got {type(out).__name__}"
+                )
             try:
                 chunk = coerce_scores(self.name, out[0], end - start)
             except ValueError as exc:
@@ -604,7 +646,7 @@ class RewardHandler(BaseHTTPRequestHandler):
 
     def _log(self, status: int, n_images: int, error: str | None, t0: float | None = None) -> None:
         ms = (time.perf_counter() - t0) * 1e3 if t0 is not None else 0.0
-        request = f'{getattr(self, "command", None) or "-"} {getattr(self, "path", None) or "-"}'
+        request = f"{getattr(self, 'command', None) or '-'} {getattr(self, 'path', None) or '-'}"
         line = f'{self.address_string()} "{request}" {status} images={n_images} {ms:.1f}ms'
         if error:
             line += f" error: {error}"
@@ -661,9 +703,16 @@ class RewardHandler(BaseHTTPRequestHandler):
             srv = self.server
             with srv.stats_lock:
                 requests = srv.stats["requests"]
-            return {"status": "ok", "reward": srv.name, "max_batch": srv.max_batch, "requests": requests,
-                    "max_pixels": srv.max_pixels, "max_request_pixels": srv.max_request_pixels,
-                    "max_body": srv.max_body, "paths": srv.data_root is not None}, 0
+            return {
+                "status": "ok",
+                "reward": srv.name,
+                "max_batch": srv.max_batch,
+                "requests": requests,
+                "max_pixels": srv.max_pixels,
+                "max_request_pixels": srv.max_request_pixels,
+                "max_body": srv.max_body,
+                "paths": srv.data_root is not None,
+            }, 0
         return self._wrong_method()
 
     def _check_token(self) -> None:
@@ -674,8 +723,11 @@ class RewardHandler(BaseHTTPRequestHandler):
         scheme, _, value = got.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
             what = "missing" if not got else "wrong"
-            raise HTTPError(401, f"{what} bearer token: send the header 'Authorization: Bearer <token>' "
-                                 f"(the client reads it from {TOKEN_ENV} or its token argument)")
+            raise HTTPError(
+                401,
+                f"{what} bearer token: send the header 'Authorization: Bearer <token>' "
+                f"(the client reads it from {TOKEN_ENV} or its token argument)",
+            )
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -691,8 +743,10 @@ class RewardHandler(BaseHTTPRequestHandler):
             raise HTTPError(400, f"invalid Content-Length {length_str!r}") from None
         if length > self.server.max_body:
             raise HTTPError(
-                413, f"body of {length} bytes is larger than the server's limit of {self.server.max_body} bytes; "
-                     "send fewer images per request (client max_batch) or raise --max_body_mb")
+                413,
+                f"body of {length} bytes is larger than the server's limit of {self.server.max_body} bytes; "
+                "send fewer images per request (client max_batch) or raise --max_body_mb",
+            )
         self._body_consumed = True
         try:
             body = self.rfile.read(length)
@@ -733,13 +787,20 @@ class RewardHandler(BaseHTTPRequestHandler):
             return {"scores": [], "info": {}}, 0
         pixels = sum(w * h for w, h in png_sizes(images_b64, srv.max_pixels)) + math.ceil(numbers / 3)
         if pixels > srv.max_request_pixels:
-            raise HTTPError(413, f"the request needs {pixels} decoded pixels (images + numbers in metadata arrays "
-                                 f"/ 3), more than the server's limit of {srv.max_request_pixels}; send fewer "
-                                 "images per request (client max_batch)")
+            raise HTTPError(
+                413,
+                f"the request needs {pixels} decoded pixels (images + numbers in metadata arrays "
+                f"/ 3), more than the server's limit of {srv.max_request_pixels}; send fewer "
+                "images per request (client max_batch)",
+            )
         if not srv.budget.acquire(pixels, srv.budget_wait):
             srv.count(busy=1)
-            raise HTTPError(503, f"server busy: {srv.budget.used} of its {srv.budget.limit} pixels are held by "
-                                 "other requests; retry later", {"Retry-After": "1"})
+            raise HTTPError(
+                503,
+                f"server busy: {srv.budget.used} of its {srv.budget.limit} pixels are held by "
+                "other requests; retry later",
+                {"Retry-After": "1"},
+            )
         try:
             images = decode_images(images_b64, srv.max_pixels)
             images_b64.clear()  # the base64 strings are no longer needed
@@ -784,8 +845,9 @@ def make_server(
     if min(max_pixels, max_request_pixels, max_server_pixels) < 1:
         raise ValueError("pixel limits must be >= 1")
     if max_server_pixels < max_request_pixels:
-        raise ValueError(f"max_server_pixels ({max_server_pixels}) must be >= max_request_pixels "
-                         f"({max_request_pixels})")
+        raise ValueError(
+            f"max_server_pixels ({max_server_pixels}) must be >= max_request_pixels ({max_request_pixels})"
+        )
     if max_connections < 1:
         raise ValueError(f"max_connections must be >= 1, got {max_connections}")
     if not (header_timeout > 0 and body_timeout > 0 and budget_wait >= 0):
@@ -794,11 +856,23 @@ def make_server(
         if not os.path.isdir(data_root):
             raise ValueError(f"data_root {data_root!r} is not a directory")
         data_root = os.path.realpath(data_root)
-    return RewardServer((host, port), reward_fn, name=name, token=token or None, max_body=max_body,
-                        max_batch=max_batch, max_pixels=max_pixels, data_root=data_root,
-                        max_request_pixels=max_request_pixels, max_server_pixels=max_server_pixels,
-                        max_connections=max_connections, header_timeout=header_timeout, body_timeout=body_timeout,
-                        budget_wait=budget_wait, max_pending=max_pending or PENDING_PER_WORKER * max_connections)
+    return RewardServer(
+        (host, port),
+        reward_fn,
+        name=name,
+        token=token or None,
+        max_body=max_body,
+        max_batch=max_batch,
+        max_pixels=max_pixels,
+        data_root=data_root,
+        max_request_pixels=max_request_pixels,
+        max_server_pixels=max_server_pixels,
+        max_connections=max_connections,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        budget_wait=budget_wait,
+        max_pending=max_pending or PENDING_PER_WORKER * max_connections,
+    )
 
 
 def public_name(spec: str) -> str:

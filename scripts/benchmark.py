@@ -1,16 +1,16 @@
 """Overhead benchmark: what the RL bookkeeping costs on top of the unavoidable model work.
 
-What is measured, on the same tiny pipeline (`ddpo_grpo.tiny`, "sd3" = flow matching, "sd" = DDIM),
+What is measured, on the same tiny pipeline (``ddpo_grpo.tiny``, "sd3" = flow matching, "sd" = DDIM),
 the same prompts, number of steps, batch size and resolution:
 
-(a) rollout ÷ pipeline   `ddpo_grpo.rollout.sample_rollout` (every transition recorded with its
+(a) rollout ÷ pipeline   ``ddpo_grpo.rollout.sample_rollout`` (every transition recorded with its
     log-prob, the kernel's default noise: SD3 flow_grpo noise_level 0.7, SD eta 1.0) against the plain
     diffusers call `pipeline(prompt, negative_prompt, num_inference_steps, guidance_scale, height,
     width, output_type="pt", ...)` on the SAME pipeline object (progress bar off). Both encode the
     prompts, run T CFG denoiser passes of batch 2B and decode to tensors. Target ≤ 1.05.
-(b) train pass ÷ bare loop   `Trainer.train_phase` (config/quickstart.py:tiny, LoRA) over a rollout from
-    `Trainer.sample_phase`, against a bare loop over the same minibatches and trained steps:
-    `policy.predict` with CFG, a trivial loss `out.float().pow(2).mean()`, `backward()`, and one
+(b) train pass ÷ bare loop   ``Trainer.train_phase`` (config/quickstart.py:tiny, LoRA) over a rollout from
+    ``Trainer.sample_phase``, against a bare loop over the same minibatches and trained steps:
+    ``policy.predict`` with CFG, a trivial loss ``out.float().pow(2).mean()``, ``backward()``, and one
     optimizer step + zero_grad per minibatch. The bare loop's optimizer is a separate AdamW with the
     trainer's hyper-parameters but lr = 0 (same arithmetic as the trainer's step, weights untouched),
     and its inputs are gathered before the clock starts. Target ≤ 1.15.
@@ -62,8 +62,8 @@ TARGETS = {"rollout": 1.05, "train": 1.15}
 def interleaved(fn_a, fn_b, repeats: int, min_unit: float) -> dict:
     """Warm up each function once, then time A, B, A, B, … ; medians and median of per-repeat ratios.
 
-    Each timed unit calls its function `number` times, `number` chosen (from one extra call of B) so
-    that a unit lasts at least `min_unit` seconds: very short units are at the mercy of one scheduler
+    Each timed unit calls its function ``number`` times, ``number`` chosen (from one extra call of B) so
+    that a unit lasts at least ``min_unit`` seconds: very short units are at the mercy of one scheduler
     hiccup. Times are reported per call.
     """
     fn_a()
@@ -139,8 +139,15 @@ def bench_rollout(trainer, args) -> dict:
     def ours():
         generator = torch.Generator(device).manual_seed(0)
         sample_rollout(
-            policy, policy.denoiser, rows, seeds=seeds, num_steps=s.num_steps, guidance_scale=s.guidance_scale,
-            noise_level=noise, generator=generator, negative_prompt=s.negative_prompt,
+            policy,
+            policy.denoiser,
+            rows,
+            seeds=seeds,
+            num_steps=s.num_steps,
+            guidance_scale=s.guidance_scale,
+            noise_level=noise,
+            generator=generator,
+            negative_prompt=s.negative_prompt,
         )
 
     kwargs = {}
@@ -152,9 +159,15 @@ def bench_rollout(trainer, args) -> dict:
     def baseline():
         generator = torch.Generator(device).manual_seed(0)
         pipe(
-            prompt=prompts, negative_prompt=[s.negative_prompt] * b, num_inference_steps=s.num_steps,
-            guidance_scale=s.guidance_scale, height=s.resolution, width=s.resolution, output_type="pt",
-            generator=generator, **kwargs,
+            prompt=prompts,
+            negative_prompt=[s.negative_prompt] * b,
+            num_inference_steps=s.num_steps,
+            guidance_scale=s.guidance_scale,
+            height=s.resolution,
+            width=s.resolution,
+            output_type="pt",
+            generator=generator,
+            **kwargs,
         )
 
     with torch.no_grad():
@@ -186,7 +199,11 @@ def bench_train(trainer, args) -> dict:
         minibatches.append((batch.cond, steps))
     params = list(trainer.params.values())
     bare_optimizer = torch.optim.AdamW(
-        params, lr=0.0, betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.adam_weight_decay, eps=t.adam_epsilon,
+        params,
+        lr=0.0,
+        betas=(t.adam_beta1, t.adam_beta2),
+        weight_decay=t.adam_weight_decay,
+        eps=t.adam_epsilon,
     )
     state = {"epoch": 0}
 
@@ -230,7 +247,9 @@ def main(argv=None):
         "--min_unit", type=float, default=0.2, help="seconds; each timed unit repeats its call until this long"
     )
     parser.add_argument(
-        "--threads", type=int, default=0,
+        "--threads",
+        type=int,
+        default=0,
         help="torch.set_num_threads(N) before measuring; 0 = leave torch's default (on a shared 2-core machine, "
         "1 gives far steadier numbers: see the note in the module docstring)",
     )
@@ -273,7 +292,8 @@ def main(argv=None):
                     results.append((label, "train_phase / bare loop", r, TARGETS["train"]))
                     print(
                         f"  {label}: train done (ratio {r['ratio']:.3f}, {r['number']} call(s) per timed unit; "
-                        f"{r['detail']})", flush=True,
+                        f"{r['detail']})",
+                        flush=True,
                     )
                 del trainer
 

@@ -5,11 +5,11 @@
     python scripts/benchmark_learning.py --reward jpeg --out logs/bench_jpeg   # the dense control
     python scripts/benchmark_learning.py --summarize logs/bench                # the table of finished runs
 
-Every run is `scripts/train.py --config config/shapes.py:sd3_quick` (the shipped ShapesWorld SD3 model, 256
+Every run is ``scripts/train.py --config config/shapes.py:sd3_quick`` (the shipped ShapesWorld SD3 model, 256
 images per epoch in groups of 8, task-balanced train prompts) with a variant's overrides, the paired probe
 every epoch (probe.freq 1: 16 prompts × 4, the untrained model's samples as the baseline) and the held-out
-evaluation before and after (48 images per task). `--reward jpeg` swaps the judge for JPEG compressibility
-(a dense, prompt-independent control). The variants (`VARIANTS`):
+evaluation before and after (48 images per task). ``--reward jpeg`` swaps the judge for JPEG compressibility
+(a dense, prompt-independent control). The variants (``VARIANTS``):
 
     grpo           the quickstart's GRPO: SGD, one 256-image step per epoch, SDE window on steps 0–3
     grpo_flowgrpo  Flow-GRPO's recipe in our config: AdamW 3e-4, clip 1e-4 per latent dimension, β 0.04
@@ -17,7 +17,7 @@ evaluation before and after (48 images per task). `--reward jpeg` swaps the judg
     grpo_ppo       GRPO with PPO's sample reuse: AdamW, 4 steps per epoch × 2 inner epochs, clip 0.2 per sample
     awm, nft, rwr  the forward-process objectives on deterministic (ODE) rollouts, AdamW
 
-Printed side by side: the probe's paired reward difference to the untrained model per `--every` epochs
+Printed side by side: the probe's paired reward difference to the untrained model per ``--every`` epochs
 (mean over seeds ± a 95 % interval over seeds), held-out strict and partial before → after (mean ± SE over
 seeds), wall time per run, and the images drawn until the probe difference first reached each threshold.
 Runs already finished in --out are reused (delete a run's directory to redo it).
@@ -43,20 +43,38 @@ IMAGES_PER_EPOCH = 256
 THRESHOLDS = (0.02, 0.05, 0.10)
 
 # deterministic (ODE) rollouts, so a group's members must start from different noises (share_group_noise off)
-_FORWARD = {"sample.noise_level": 0.0, "sample.share_group_noise": False, "sample.sde_window_size": 0,
-            "train.optimizer": "adamw", "train.learning_rate": 1e-3, "train.adam_weight_decay": 0.0,
-            "train.forward_timesteps": 4}
+_FORWARD = {
+    "sample.noise_level": 0.0,
+    "sample.share_group_noise": False,
+    "sample.sde_window_size": 0,
+    "train.optimizer": "adamw",
+    "train.learning_rate": 1e-3,
+    "train.adam_weight_decay": 0.0,
+    "train.forward_timesteps": 4,
+}
 #: variant -> config overrides on top of config/shapes.py:sd3_quick
 VARIANTS: dict[str, dict] = {
     "grpo": {},
     "grpo_flowgrpo": {
-        "train.optimizer": "adamw", "train.learning_rate": 3e-4, "train.clip_range": 1e-4 * 1024, "train.beta": 0.04,
-        "train.kl_estimator": "flow_grpo", "sample.sde_window_size": 0, "train.timestep_fraction": 0.9,
-        "train.gradient_accumulation_steps": 8, "train.adv_mode": "global_std",
+        "train.optimizer": "adamw",
+        "train.learning_rate": 3e-4,
+        "train.clip_range": 1e-4 * 1024,
+        "train.beta": 0.04,
+        "train.kl_estimator": "flow_grpo",
+        "sample.sde_window_size": 0,
+        "train.timestep_fraction": 0.9,
+        "train.gradient_accumulation_steps": 8,
+        "train.adv_mode": "global_std",
     },
     # PPO's sample reuse, measured: 4 AdamW steps per epoch over 2 inner epochs, the per-sample trust region 0.2
-    "grpo_ppo": {"train.optimizer": "adamw", "train.learning_rate": 1e-3, "train.adam_weight_decay": 0.0,
-                 "train.clip_range": 0.2, "train.num_inner_epochs": 2, "train.gradient_accumulation_steps": 4},
+    "grpo_ppo": {
+        "train.optimizer": "adamw",
+        "train.learning_rate": 1e-3,
+        "train.adam_weight_decay": 0.0,
+        "train.clip_range": 0.2,
+        "train.num_inner_epochs": 2,
+        "train.gradient_accumulation_steps": 4,
+    },
     "awm": {**_FORWARD, "train.objective": "awm"},
     "nft": {**_FORWARD, "train.objective": "nft"},
     "rwr": {**_FORWARD, "train.objective": "rwr", "train.rwr_temperature": 0.5},
@@ -76,11 +94,24 @@ def run_one(out: Path, variant: str, seed: int, epochs: int, reward: str, extra:
     if not _complete(run, epochs):
         if run.exists():
             raise SystemExit(f"{run} holds an unfinished run; delete it to redo it")
-        overrides = {**VARIANTS[variant], **REWARDS[reward], **extra, "seed": seed, "num_epochs": epochs,
-                     "eval.freq": epochs, "probe.freq": 1, "logdir": str(out), "run_name": name,
-                     "logging.progress": False}
-        cmd = [sys.executable, str(REPO / "scripts" / "train.py"), f"--config={BASE}",
-               *(_arg(k, v) for k, v in overrides.items())]
+        overrides = {
+            **VARIANTS[variant],
+            **REWARDS[reward],
+            **extra,
+            "seed": seed,
+            "num_epochs": epochs,
+            "eval.freq": epochs,
+            "probe.freq": 1,
+            "logdir": str(out),
+            "run_name": name,
+            "logging.progress": False,
+        }
+        cmd = [
+            sys.executable,
+            str(REPO / "scripts" / "train.py"),
+            f"--config={BASE}",
+            *(_arg(k, v) for k, v in overrides.items()),
+        ]
         start = time.perf_counter()
         with open(out / f"{name}.log", "w") as log:
             code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode
@@ -164,23 +195,34 @@ def report(results: dict[str, list[dict]], every: int) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     p.add_argument("--out", type=Path, default=None, help="directory of the runs")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--epochs", type=int, default=40, help="epochs of 256 images each")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (each uses OMP_NUM_THREADS threads)")
     p.add_argument("--reward", choices=sorted(REWARDS), default="shapes")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="an extra config override for every run (repeatable), e.g. --set train.learning_rate=3e-3")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra config override for every run (repeatable), e.g. --set train.learning_rate=3e-3",
+    )
     p.add_argument("--every", type=int, default=5, help="print the curve every N epochs")
     p.add_argument("--summarize", type=Path, default=None, help="only print the table of the runs in this directory")
     args = p.parse_args(argv)
     if args.summarize is not None:
         results: dict[str, list[dict]] = {}
-        for run in sorted(d for d in args.summarize.iterdir() if (d / "metrics.jsonl").is_file()
-                          and (d / "metrics.jsonl").stat().st_size):
+        for run in sorted(
+            d
+            for d in args.summarize.iterdir()
+            if (d / "metrics.jsonl").is_file() and (d / "metrics.jsonl").stat().st_size
+        ):
             results.setdefault(run.name.rsplit("_s", 1)[0], []).append(summarize_run(run))
         print(report(results, args.every))
         return 0
@@ -202,7 +244,9 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     jobs = [(v, s) for v in variants for s in seeds]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        done = list(pool.map(lambda vs: (vs[0], run_one(args.out, vs[0], vs[1], args.epochs, args.reward, extra)), jobs))
+        done = list(
+            pool.map(lambda vs: (vs[0], run_one(args.out, vs[0], vs[1], args.epochs, args.reward, extra)), jobs)
+        )
     results = {}
     for variant, summary in done:
         results.setdefault(variant, []).append(summary)

@@ -9,6 +9,7 @@ Each line is {"prompt": ..., "task": ..., "objects": [{"color", "shape", "count"
 The split rule (held-out colour–shape pairs, counting combos and single objects) is documented in
 ddpo_grpo/shapes/prompts.py.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -11,7 +11,7 @@ Usage (docs/remote_scoring.md has the walk-through):
   --port        port (default 8765; 0 picks a free one); the bound address is printed on start-up
                 as a line "serving NAME on http://HOST:PORT"
   --token       require "Authorization: Bearer TOKEN" on /score (default: $DDPO_REWARD_TOKEN; prefer the
-                environment variable, since command lines are visible to other users in `ps`)
+                environment variable, since command lines are visible to other users in ``ps``)
   --kwargs      JSON object of keyword arguments for the reward factory
   --max_batch   the reward is called on at most this many images at once (larger requests are scored
                 in consecutive chunks and their info dicts merged as reward_models.remote.merge_infos)
@@ -64,8 +64,11 @@ __all__ = ["PNG_SIGNATURE", "decode_images", "main", "make_server", "public_name
 
 
 def main(argv: list | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog=__doc__.split("\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--reward", required=True, help="registry name or path/to/file.py:fn")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
@@ -103,20 +106,35 @@ def main(argv: list | None = None) -> int:
     except (ValueError, TypeError, RuntimeError) as exc:  # unknown name, bad kwargs, user file failed
         parser.error(str(exc))
     if "root" in kwargs:
-        LOG.warning("the reward's 'root' does not apply to paths in requests: the server resolves them inside "
-                    "--data_root (or refuses them without it)")
+        LOG.warning(
+            "the reward's 'root' does not apply to paths in requests: the server resolves them inside "
+            "--data_root (or refuses them without it)"
+        )
     try:
-        server = make_server(reward_fn, args.host, args.port, token, int(args.max_body_mb * 2**20),
-                             max_batch=args.max_batch, name=public_name(args.reward), data_root=args.data_root,
-                             max_request_pixels=args.max_request_pixels, max_server_pixels=args.max_server_pixels,
-                             max_connections=args.max_connections, header_timeout=args.header_timeout,
-                             body_timeout=args.body_timeout)
+        server = make_server(
+            reward_fn,
+            args.host,
+            args.port,
+            token,
+            int(args.max_body_mb * 2**20),
+            max_batch=args.max_batch,
+            name=public_name(args.reward),
+            data_root=args.data_root,
+            max_request_pixels=args.max_request_pixels,
+            max_server_pixels=args.max_server_pixels,
+            max_connections=args.max_connections,
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
+        )
     except ValueError as exc:
         parser.error(str(exc))
     host, port = server.server_address[:2]
     if not is_loopback(args.host) and not token:
-        LOG.warning("binding %s without a token: anyone who can reach this port can use the reward; "
-                    "set %s or --token", args.host, TOKEN_ENV)
+        LOG.warning(
+            "binding %s without a token: anyone who can reach this port can use the reward; set %s or --token",
+            args.host,
+            TOKEN_ENV,
+        )
     shown = f"[{host}]" if ":" in host else host
     print(f"serving {args.reward} on http://{shown}:{port}", flush=True)
     try:

@@ -1,4 +1,5 @@
 """Hand-computed checks for ddpo_grpo.advantages."""
+
 import json
 import math
 

@@ -4,7 +4,7 @@ Table-driven: each case is a command line (on the tiny config), the exit status 
 message must contain. Refusals are exit status 2 with no traceback, checked before any model is loaded, so
 none of them may create the run directory. Then the NaN cases (exit status 1, nothing non-finite saved), the
 resume cases (a corrupt newest checkpoint falls back to the previous one; another LoRA rank is explained) and
-the other scripts' early refusals. `experiments/bad_inputs_battery.py` runs the same table as subprocesses
+the other scripts' early refusals. ``experiments/bad_inputs_battery.py`` runs the same table as subprocesses
 against any checkout, to count what passes.
 """
 
@@ -34,14 +34,22 @@ CASES = [
     ("group of one", ["--config.sample.group_size=1"], 2, ["sample.group_size"]),
     ("images not whole groups", ["--config.sample.group_size=3"], 2, ["sample.group_size"]),
     ("minibatch not dividing", ["--config.train.batch_size=3"], 2, ["train.batch_size"]),
-    ("accumulation not dividing", ["--config.train.gradient_accumulation_steps=3"], 2,
-     ["train.gradient_accumulation_steps"]),
+    (
+        "accumulation not dividing",
+        ["--config.train.gradient_accumulation_steps=3"],
+        2,
+        ["train.gradient_accumulation_steps"],
+    ),
     ("unknown kernel", ["--config.sample.sde_type=ddpx"], 2, ["sample.sde_type"]),
     ("unknown advantage mode", ["--config.train.adv_mode=rank"], 2, ["train.adv_mode"]),
     ("eta out of range", ["--config.sample.eta=2"], 2, ["sample.eta"]),
     ("negative noise level", ["--config.sample.noise_level=-1"], 2, ["sample.noise_level"]),
-    ("cps noise above one", ["--config.sample.sde_type=cps", "--config.sample.noise_level=2"], 2,
-     ["sample.noise_level"]),
+    (
+        "cps noise above one",
+        ["--config.sample.sde_type=cps", "--config.sample.noise_level=2"],
+        2,
+        ["sample.noise_level"],
+    ),
     ("zero timestep fraction", ["--config.train.timestep_fraction=0"], 2, ["train.timestep_fraction"]),
     ("zero clip range", ["--config.train.clip_range=0"], 2, ["train.clip_range"]),
     ("negative beta", ["--config.train.beta=-1"], 2, ["train.beta"]),
@@ -51,29 +59,54 @@ CASES = [
     ("window longer than schedule", ["--config.sample.sde_window_size=20"], 2, ["sample.sde_window_size"]),
     ("no rewards", ["--config.reward.fns={}"], 2, ["reward.fns"]),
     ("unknown reward", ["--config.reward.fns={'pickscor': 1.0}"], 2, ["unknown reward 'pickscor'", "pickscore"]),
-    ("missing reward file", ["--config.reward.sources={'mine': 'nope.py:fn'}", "--config.reward.fns={'mine': 1.0}"],
-     2, ["nope.py", "does not exist"]),
-    ("reward weight not a number", ["--config.reward.fns={'jpeg_compressibility': 'heavy'}"], 2,
-     ["jpeg_compressibility", "not a number"]),
+    (
+        "missing reward file",
+        ["--config.reward.sources={'mine': 'nope.py:fn'}", "--config.reward.fns={'mine': 1.0}"],
+        2,
+        ["nope.py", "does not exist"],
+    ),
+    (
+        "reward weight not a number",
+        ["--config.reward.fns={'jpeg_compressibility': 'heavy'}"],
+        2,
+        ["jpeg_compressibility", "not a number"],
+    ),
     ("kwargs of an unused reward", ["--config.reward.kwargs={'aesthetic': {}}"], 2, ["reward.kwargs", "aesthetic"]),
     ("missing prompt file", ["--config.prompts.source={tmp}/prompts.txt"], 2, ["prompts.source", "prompts.txt"]),
     ("malformed prompt row", ["--config.prompts.source={tmp}/bad.jsonl"], 2, ["bad.jsonl line 2", "invalid JSON"]),
     ("stratify by a missing field", ["--config.prompts.stratify_by=task"], 2, ["prompts.stratify_by", "task"]),
-    ("missing model directory", ["--config.pretrained.model={tmp}/model"], 2, ["pretrained.model", "no such directory"]),
+    (
+        "missing model directory",
+        ["--config.pretrained.model={tmp}/model"],
+        2,
+        ["pretrained.model", "no such directory"],
+    ),
     ("model is a file", ["--config.pretrained.model={tmp}/bad.jsonl"], 2, ["pretrained.model", "is a file"]),
     ("directory that is no pipeline", ["--config.pretrained.model={tmp}"], 2, ["pretrained.model", "model_index.json"]),
-    ("hub id not cached offline", ["--config.pretrained.model=someone/not-a-model"], 2,
-     ["pretrained.model", "HF_HUB_OFFLINE"]),
+    (
+        "hub id not cached offline",
+        ["--config.pretrained.model=someone/not-a-model"],
+        2,
+        ["pretrained.model", "HF_HUB_OFFLINE"],
+    ),
     ("unknown tiny model", ["--config.pretrained.tiny=sdxl"], 2, ["pretrained.tiny"]),
     ("run name escaping logdir", ["--config.run_name=../escaped"], 2, ["run_name", "plain directory name"]),
     ("absolute run name", ["--config.run_name=/tmp/escaped"], 2, ["run_name"]),
     ("missing checkpoint", ["--config.resume_from={tmp}/gone"], 2, ["resume_from", "does not exist"]),
-    ("run without a checkpoint yet", ["--config.resume_from={tmp}/fresh_run"], 2,
-     ["resume_from", "no complete checkpoints", "nothing to resume"]),
+    (
+        "run without a checkpoint yet",
+        ["--config.resume_from={tmp}/fresh_run"],
+        2,
+        ["resume_from", "no complete checkpoints", "nothing to resume"],
+    ),
     ("rerun into an existing run", ["--config.run_name=existing"], 2, ["already holds a run", "resume_from"]),
     ("balanced eval without groups", ["--config.eval.freq=1", "--config.eval.per_group=4"], 2, ["eval.group_by"]),
-    ("missing eval prompts", ["--config.eval.freq=1", "--config.eval.prompts={tmp}/held_out.txt"], 2,
-     ["eval.prompts", "held_out.txt"]),
+    (
+        "missing eval prompts",
+        ["--config.eval.freq=1", "--config.eval.prompts={tmp}/held_out.txt"],
+        2,
+        ["eval.prompts", "held_out.txt"],
+    ),
     ("unknown eval reward", ["--config.eval.freq=1", "--config.eval.reward=judge"], 2, ["eval.reward", "judge"]),
 ]
 
@@ -86,8 +119,13 @@ def _setup(tmp: Path) -> None:
 
 
 def _argv(tmp: Path, extra: list[str], run_name: str = "r") -> list[str]:
-    base = ["train.py", TINY, f"--config.logdir={tmp / 'logs'}", f"--config.run_name={run_name}",
-            "--config.logging.progress=False"]
+    base = [
+        "train.py",
+        TINY,
+        f"--config.logdir={tmp / 'logs'}",
+        f"--config.run_name={run_name}",
+        "--config.logging.progress=False",
+    ]
     return base + [a.replace("{tmp}", str(tmp)) for a in extra]
 
 
@@ -114,8 +152,13 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def _tiny_run(tmp_path, tiny_dirs, *extra, run_name="r"):
-    args = ["--config.pretrained.model=" + tiny_dirs["sd3"], "--config.num_epochs=3", "--config.sample.num_steps=2",
-            "--config.logging.image_freq=0", *extra]
+    args = [
+        "--config.pretrained.model=" + tiny_dirs["sd3"],
+        "--config.num_epochs=3",
+        "--config.sample.num_steps=2",
+        "--config.logging.image_freq=0",
+        *extra,
+    ]
     return train_script.main(_argv(tmp_path, args, run_name))
 
 
@@ -140,10 +183,16 @@ def test_huge_learning_rate_stops_with_the_cause_and_saves_nothing_non_finite(op
 
 def test_reward_nan_for_every_sample_stops_naming_the_reward(tmp_path, tiny_dirs, capsys):
     (tmp_path / "nan_reward.py").write_text(
-        "import numpy as np\n\ndef score(samples, prompts, metadata):\n    return np.full(len(prompts), np.nan), {}\n")
+        "import numpy as np\n\ndef score(samples, prompts, metadata):\n    return np.full(len(prompts), np.nan), {}\n"
+    )
     with pytest.warns(RuntimeWarning, match="every reward is NaN.*never"):
-        code = _tiny_run(tmp_path, tiny_dirs, f"--config.reward.sources={{'never': '{tmp_path}/nan_reward.py:score'}}",
-                         "--config.reward.fns={'never': 1.0}", "--config.train.max_degenerate_epochs=2")
+        code = _tiny_run(
+            tmp_path,
+            tiny_dirs,
+            f"--config.reward.sources={{'never': '{tmp_path}/nan_reward.py:score'}}",
+            "--config.reward.fns={'never': 1.0}",
+            "--config.train.max_degenerate_epochs=2",
+        )
     err = capsys.readouterr().err
     assert code == 1 and "2 epochs in a row taught nothing" in err and "never" in err, err
     assert not (tmp_path / "logs" / "r" / "final").exists()
@@ -152,9 +201,14 @@ def test_reward_nan_for_every_sample_stops_naming_the_reward(tmp_path, tiny_dirs
 def test_infinite_reward_names_reward_sample_and_prompt(tmp_path, tiny_dirs, capsys):
     (tmp_path / "inf_reward.py").write_text(
         "import numpy as np\n\ndef score(samples, prompts, metadata):\n"
-        "    s = np.zeros(len(prompts)); s[1] = np.inf\n    return s, {}\n")
-    code = _tiny_run(tmp_path, tiny_dirs, f"--config.reward.sources={{'huge': '{tmp_path}/inf_reward.py:score'}}",
-                     "--config.reward.fns={'huge': 1.0}")
+        "    s = np.zeros(len(prompts)); s[1] = np.inf\n    return s, {}\n"
+    )
+    code = _tiny_run(
+        tmp_path,
+        tiny_dirs,
+        f"--config.reward.sources={{'huge': '{tmp_path}/inf_reward.py:score'}}",
+        "--config.reward.fns={'huge': 1.0}",
+    )
     err = capsys.readouterr().err
     assert code == 2 and "reward 'huge' returned inf for sample 1 (prompt" in err, err
 
@@ -177,8 +231,14 @@ def test_resume_falls_back_past_a_corrupt_checkpoint_and_explains_another_rank(t
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [0, 1, 2]  # the replayed epoch's old row moved aside
 
-    code = _tiny_run(tmp_path, tiny_dirs, "--config.num_epochs=4", f"--config.resume_from={run}",
-                     "--config.train.lora_rank=4", run_name="")
+    code = _tiny_run(
+        tmp_path,
+        tiny_dirs,
+        "--config.num_epochs=4",
+        f"--config.resume_from={run}",
+        "--config.train.lora_rank=4",
+        run_name="",
+    )
     err = capsys.readouterr().err
     assert code == 2 and "train.lora_rank=4 (the checkpoint's run: 8)" in err and "Traceback" not in err, err
 
@@ -202,8 +262,23 @@ def test_evaluate_refuses_when_no_sample_is_applicable(tmp_path, tiny_dirs, caps
     prompts = tmp_path / "cats.txt"
     prompts.write_text("a cat\na dog\n")
     with pytest.raises(SystemExit) as exc:
-        load_script("evaluate").main(["--model", tiny_dirs["sd3"], "--prompts", str(prompts), "--out",
-                                      str(tmp_path / "o"), "--resolution", "32", "--num_steps", "2",
-                                      "--max_sequence_length", "8", "--device", "cpu"])
+        load_script("evaluate").main(
+            [
+                "--model",
+                tiny_dirs["sd3"],
+                "--prompts",
+                str(prompts),
+                "--out",
+                str(tmp_path / "o"),
+                "--resolution",
+                "32",
+                "--num_steps",
+                "2",
+                "--max_sequence_length",
+                "8",
+                "--device",
+                "cpu",
+            ]
+        )
     assert exc.value.code == 2
     assert "scored none of the 2 samples" in capsys.readouterr().err

@@ -1,8 +1,7 @@
 """Tests for ddpo_grpo.checkpoint: round trip, pruning, crash safety, lookup, RNG state."""
-import os
-
 
 import json
+import os
 import random
 
 import numpy as np
@@ -32,18 +31,34 @@ def _model_and_opt(seed=0):
 
 
 def _save(run_dir, epoch, value=0.0, **kw):
-    return save_checkpoint(run_dir, epoch, tensors={"model": {"w": torch.full((2, 2), float(value))}},
-                           optimizer_state=None, state={"global_step": epoch * 10}, **kw)
+    return save_checkpoint(
+        run_dir,
+        epoch,
+        tensors={"model": {"w": torch.full((2, 2), float(value))}},
+        optimizer_state=None,
+        state={"global_step": epoch * 10},
+        **kw,
+    )
 
 
 def test_round_trip(tmp_path):
     model, opt = _model_and_opt()
     base = torch.arange(12.0)
-    ema = {"a": base[:6].view(2, 3), "b": base[6:], "bf": torch.ones(3, dtype=torch.bfloat16),
-           "t": torch.randn(3, 4).t()}  # shared storage + non-contiguous + bf16
+    ema = {
+        "a": base[:6].view(2, 3),
+        "b": base[6:],
+        "bf": torch.ones(3, dtype=torch.bfloat16),
+        "t": torch.randn(3, 4).t(),
+    }  # shared storage + non-contiguous + bf16
     state = {"global_step": 7, "stat_tracker": {"a cat": [1.0, float("nan")]}, "rng": rng_state()}
-    path = save_checkpoint(tmp_path, 3, tensors={"model": model.state_dict(), "ema": ema},
-                           optimizer_state=opt.state_dict(), state=state, keep_last=None)
+    path = save_checkpoint(
+        tmp_path,
+        3,
+        tensors={"model": model.state_dict(), "ema": ema},
+        optimizer_state=opt.state_dict(),
+        state=state,
+        keep_last=None,
+    )
     assert path == tmp_path / "checkpoints" / "epoch_000003"
     assert sorted(os.listdir(path)) == ["ema.safetensors", "model.safetensors", "optimizer.pt", "state.json"]
     assert not [p for p in os.listdir(path.parent) if p.startswith(".")]
@@ -183,8 +198,13 @@ def test_corrupt_file_is_named_and_latest_falls_back(tmp_path, damage):
     model(torch.ones(1, 3)).sum().backward()
     opt.step()
     for epoch in (1, 2):
-        save_checkpoint(tmp_path, epoch, tensors={"model": model.state_dict()}, optimizer_state=opt.state_dict(),
-                        state={"tag": epoch})
+        save_checkpoint(
+            tmp_path,
+            epoch,
+            tensors={"model": model.state_dict()},
+            optimizer_state=opt.state_dict(),
+            state={"tag": epoch},
+        )
     newest = tmp_path / "checkpoints" / "epoch_000002"
     name = "model.safetensors" if "model" in damage else "optimizer.pt"
     target = newest / name
@@ -210,11 +230,17 @@ def test_corrupt_file_is_named_and_latest_falls_back(tmp_path, damage):
 def test_nothing_non_finite_is_saved_or_resumed(tmp_path):
     good = _save(tmp_path, 1)
     with pytest.raises(ck.NonFiniteError, match=r"tensors\['model'\]\['w'\]"):
-        save_checkpoint(tmp_path, 2, tensors={"model": {"w": torch.tensor([1.0, float("nan")])}},
-                        optimizer_state=None, state={})
+        save_checkpoint(
+            tmp_path, 2, tensors={"model": {"w": torch.tensor([1.0, float("nan")])}}, optimizer_state=None, state={}
+        )
     with pytest.raises(ck.NonFiniteError, match="optimizer state"):
-        save_checkpoint(tmp_path, 2, tensors={"model": {"w": torch.ones(1)}},
-                        optimizer_state={"state": {0: {"exp_avg": torch.tensor([float("inf")])}}}, state={})
+        save_checkpoint(
+            tmp_path,
+            2,
+            tensors={"model": {"w": torch.ones(1)}},
+            optimizer_state={"state": {0: {"exp_avg": torch.tensor([float("inf")])}}},
+            state={},
+        )
     assert list_checkpoints(tmp_path) == [good]  # the refused saves left nothing behind
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.startswith(".")]
     # a checkpoint that holds NaN weights (written by other means) is refused for resuming
@@ -235,13 +261,25 @@ def test_rng_round_trip(tmp_path):
     random.gauss(0, 1)  # populate gauss caches
     np.random.standard_normal()
     saved = json.loads(json.dumps(rng_state()))
-    expected = (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.standard_normal(),
-                torch.rand(4), torch.randn(2))
+    expected = (
+        random.random(),
+        random.gauss(0, 1),
+        np.random.rand(3).tolist(),
+        np.random.standard_normal(),
+        torch.rand(4),
+        torch.randn(2),
+    )
     random.seed(99)
     np.random.seed(99)
     torch.manual_seed(99)
     set_rng_state(saved)
-    got = (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.standard_normal(),
-           torch.rand(4), torch.randn(2))
+    got = (
+        random.random(),
+        random.gauss(0, 1),
+        np.random.rand(3).tolist(),
+        np.random.standard_normal(),
+        torch.rand(4),
+        torch.randn(2),
+    )
     assert got[:4] == expected[:4]
     assert torch.equal(got[4], expected[4]) and torch.equal(got[5], expected[5])

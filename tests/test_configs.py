@@ -190,7 +190,7 @@ def test_validate_rejects_unknown_sde_type(flow_grpo):
 @pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")  # inside ml_collections
 @pytest.mark.parametrize("world_size", [1, 8])
 def test_config_flags_path_syntax(world_size, monkeypatch):
-    """`--config config/sd3.py:pickscore --config.x=y`, parsed exactly as scripts/train.py does."""
+    """``--config config/sd3.py:pickscore --config.x=y``, parsed exactly as scripts/train.py does."""
     from absl import flags
     from ml_collections import config_flags
 
@@ -213,8 +213,12 @@ def test_config_flags_path_syntax(world_size, monkeypatch):
     assert values.config.reward.fns.to_dict() == {"aesthetic": 1.0}
 
     # a field whose default is None (sample.sde_window_range) is still overridable from the command line
-    argv = ["train.py", f"--config={REPO / 'config' / 'quickstart.py'}:tiny", "--config.sample.sde_window_size=2",
-            "--config.sample.sde_window_range=(0, 3)"]
+    argv = [
+        "train.py",
+        f"--config={REPO / 'config' / 'quickstart.py'}:tiny",
+        "--config.sample.sde_window_size=2",
+        "--config.sample.sde_window_range=(0, 3)",
+    ]
     values = flags.FlagValues()
     config_flags.DEFINE_config_file("config", None, "experiment", flag_values=values, sys_argv=argv)
     values(argv)
@@ -223,7 +227,7 @@ def test_config_flags_path_syntax(world_size, monkeypatch):
 
 
 def test_importlib_file_load(monkeypatch):
-    """Loading config/sd3.py by file path (as config_flags does), outside the `config` package."""
+    """Loading config/sd3.py by file path (as config_flags does), outside the ``config`` package."""
     monkeypatch.setenv("WORLD_SIZE", "1")
     spec = importlib.util.spec_from_file_location("sd3_by_path", REPO / "config" / "sd3.py")
     mod = importlib.util.module_from_spec(spec)
@@ -244,7 +248,10 @@ def test_shapes_recipes(name, world_size, monkeypatch):
     assert config.prompts.source == "shapes_train" and config.eval.prompts == "shapes_test"
     assert config.reward.fns.to_dict() == {"shapes": 1.0} and config.eval.per_group > 0 and config.eval.freq > 0
     assert (config.eval.reward, config.eval.reward_kwargs.to_dict(), config.eval.group_by) == (
-        "shapes", {"score": "strict"}, "task")
+        "shapes",
+        {"score": "strict"},
+        "task",
+    )
     assert config.sample.resolution == 64 and config.train.use_lora
 
 

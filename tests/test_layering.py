@@ -1,9 +1,9 @@
 """The house rules, checked: the core knows no world, nothing imports in a circle, scripts use public names.
 
-Layers: `scripts/`, `config/` → `worlds/` → the core (`ddpo_grpo/`, `reward_models/`). The import graph is
-read statically from every `import` statement, at module level or inside a function (a cycle hidden behind
-a function-local import is still a cycle), with importing `a.b.c` also counting as importing the packages
-`a` and `a.b` (their `__init__` runs first).
+Layers: ``scripts/``, ``config/`` → ``worlds/`` → the core (``ddpo_grpo/``, ``reward_models/``). The import graph is
+read statically from every ``import`` statement, at module level or inside a function (a cycle hidden behind
+a function-local import is still a cycle), with importing ``a.b.c`` also counting as importing the packages
+``a`` and ``a.b`` (their ``__init__`` runs first).
 """
 
 import ast
@@ -26,7 +26,7 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every first-party module `name`'s file imports, anywhere in it (plus the parent packages)."""
+    """Every first-party module ``name``'s file imports, anywhere in it (plus the parent packages)."""
     is_package = path.name == "__init__.py"
     out = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -58,8 +58,13 @@ def _graph() -> dict[str, set[str]]:
 
 def test_core_imports_no_world():
     graph = _graph()
-    bad = sorted((m, t) for m, targets in graph.items() if m.split(".")[0] in CORE
-                 for t in targets if t.split(".")[0] in ("worlds", "config"))
+    bad = sorted(
+        (m, t)
+        for m, targets in graph.items()
+        if m.split(".")[0] in CORE
+        for t in targets
+        if t.split(".")[0] in ("worlds", "config")
+    )
     assert not bad, f"core modules import a world or a config: {bad}"
 
 
@@ -78,7 +83,7 @@ def test_no_import_cycles():
             if node.startswith(nxt + "."):
                 continue  # a module "importing" its parent package (implicit)
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt)
         stack.pop()
@@ -105,8 +110,7 @@ for name in {modules!r}:
     importlib.import_module(name)
 print("ok", len({modules!r}))
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO / "tests",
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO / "tests", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("ok")
 
@@ -116,7 +120,9 @@ def test_scripts_import_public_names_only():
     for path in sorted((REPO / "scripts").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES:
-                bad += [f"{path.name}: from {node.module} import {a.name}" for a in node.names if a.name.startswith("_")]
+                bad += [
+                    f"{path.name}: from {node.module} import {a.name}" for a in node.names if a.name.startswith("_")
+                ]
             if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
                 parent = path.read_text(encoding="utf-8")
                 if "sys.path.insert" in parent or "sys.path.append" in parent:

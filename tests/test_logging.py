@@ -1,9 +1,8 @@
 """Tests for ddpo_grpo.logging_utils (no network)."""
-import os
-
 
 import importlib.util
 import json
+import os
 import time
 
 import numpy as np
@@ -22,12 +21,30 @@ def _read(path):
 def test_jsonl_lines_nan_and_append(tmp_path):
     run = tmp_path / "run"
     with MetricsLogger(str(run)) as lg:
-        lg.log({"loss": torch.tensor(0.5), "kl": np.float32(0.25), "n": np.int64(3), "bad": float("nan"),
-                "inf": float("inf"), "name": "x"}, epoch=0, global_step=1)
+        lg.log(
+            {
+                "loss": torch.tensor(0.5),
+                "kl": np.float32(0.25),
+                "n": np.int64(3),
+                "bad": float("nan"),
+                "inf": float("inf"),
+                "name": "x",
+            },
+            epoch=0,
+            global_step=1,
+        )
         lg.log({"loss": 0.1}, epoch=1, global_step=2)
         rows = _read(run / "metrics.jsonl")  # flushed per line, readable before close
-    assert rows[0] == {"epoch": 0, "global_step": 1, "loss": 0.5, "kl": 0.25, "n": 3, "bad": None,
-                       "inf": None, "name": "x"}
+    assert rows[0] == {
+        "epoch": 0,
+        "global_step": 1,
+        "loss": 0.5,
+        "kl": 0.25,
+        "n": 3,
+        "bad": None,
+        "inf": None,
+        "name": "x",
+    }
     assert rows[1] == {"epoch": 1, "global_step": 2, "loss": 0.1}
     with MetricsLogger(str(run)) as lg:  # resume appends
         lg.log({"loss": 0.2}, epoch=2, global_step=3)

@@ -1,4 +1,5 @@
 """Hand-computed and Monte-Carlo checks for ddpo_grpo.losses."""
+
 import math
 
 import pytest

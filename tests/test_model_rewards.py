@@ -6,18 +6,14 @@ character-level ``CLIPTokenizer``. Each reward is checked end to end (shape, dty
 batch splitting, prompt dependence), against an independent computation with the library's own
 forward, and through its file-loading path (a checkpoint saved to ``tmp_path``).
 """
+
 import numpy as np
 import pytest
 import torch
 
-import reward_models.aesthetic
-import reward_models.clip_score
-import reward_models.hps
-import reward_models.pickscore
-from reward_models import REGISTRY, load_reward
+from reward_models import REGISTRY, load_reward, to_pil
 from reward_models._clip_backbones import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, preprocess
 from reward_models.aesthetic import AestheticMLP
-from reward_models import to_pil
 
 TINY_OC = "ddpo-grpo-test-tiny-clip"
 TINY_OC_CFG = {
@@ -104,11 +100,27 @@ def hf_clip(tmp_path_factory):
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
 
     tok = _char_tokenizer()
-    text = dict(vocab_size=len(tok.get_vocab()), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                num_attention_heads=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1,
-                pad_token_id=1, projection_dim=16)
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                  image_size=32, patch_size=8, projection_dim=16)
+    text = dict(
+        vocab_size=len(tok.get_vocab()),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=16,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+        projection_dim=16,
+    )
+    vision = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+        projection_dim=16,
+    )
     torch.manual_seed(0)
     model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)).eval()
     with torch.no_grad():
@@ -120,8 +132,12 @@ def hf_clip(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf_clip")
     model.save_pretrained(root / "model")
     processor.save_pretrained(root / "processor")
-    return {"model": model, "processor": processor, "model_dir": str(root / "model"),
-            "processor_dir": str(root / "processor")}
+    return {
+        "model": model,
+        "processor": processor,
+        "model_dir": str(root / "model"),
+        "processor_dir": str(root / "processor"),
+    }
 
 
 # ----------------------------------------------------------------------------- registry / preprocessing
@@ -166,11 +182,16 @@ def test_aesthetic_head_layout_matches_published_file():
     sd = AestheticMLP().state_dict()
     shapes = {k: tuple(v.shape) for k, v in sd.items()}
     assert shapes == {
-        "layers.0.weight": (1024, 768), "layers.0.bias": (1024,),
-        "layers.2.weight": (128, 1024), "layers.2.bias": (128,),
-        "layers.4.weight": (64, 128), "layers.4.bias": (64,),
-        "layers.6.weight": (16, 64), "layers.6.bias": (16,),
-        "layers.7.weight": (1, 16), "layers.7.bias": (1,),
+        "layers.0.weight": (1024, 768),
+        "layers.0.bias": (1024,),
+        "layers.2.weight": (128, 1024),
+        "layers.2.bias": (128,),
+        "layers.4.weight": (64, 128),
+        "layers.4.bias": (64,),
+        "layers.6.weight": (16, 64),
+        "layers.6.bias": (16,),
+        "layers.7.weight": (1, 16),
+        "layers.7.bias": (1,),
     }
 
 
@@ -202,7 +223,9 @@ def test_aesthetic(hf_clip, tmp_path):
 
 
 def test_aesthetic_errors(hf_clip, tmp_path):
-    with pytest.raises(ValueError, match=r"head_path.*improved-aesthetic-predictor.*reward\.kwargs\.aesthetic\.head_path"):
+    with pytest.raises(
+        ValueError, match=r"head_path.*improved-aesthetic-predictor.*reward\.kwargs\.aesthetic\.head_path"
+    ):
         load_reward("aesthetic", clip=hf_clip["model"], **CPU)
     with pytest.raises(ValueError, match=r"head_path=.*nope\.pth.*is not a file"):
         load_reward("aesthetic", head_path=str(tmp_path / "nope.pth"), clip=hf_clip["model"], **CPU)
@@ -286,8 +309,15 @@ def test_pickscore(hf_clip):
 
     # independent computation: the processor + CLIPModel.forward (logits_per_image = scale * cos)
     imgs = _images(h=32, w=32)
-    inputs = hf_clip["processor"](text=PROMPTS, images=list(imgs), do_rescale=False, padding=True,
-                                 truncation=True, max_length=16, return_tensors="pt")
+    inputs = hf_clip["processor"](
+        text=PROMPTS,
+        images=list(imgs),
+        do_rescale=False,
+        padding=True,
+        truncation=True,
+        max_length=16,
+        return_tensors="pt",
+    )
     with torch.no_grad():
         ref = hf_clip["model"](**inputs).logits_per_image.diagonal().numpy()
     np.testing.assert_allclose(_scores(fn, imgs, PROMPTS), ref, rtol=1e-4, atol=1e-4)

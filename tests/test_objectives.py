@@ -152,8 +152,15 @@ def test_zero_advantage_samples_are_skipped_without_changing_the_gradient(tmp_pa
         monkeypatch.setattr(updates, "ADVANTAGE_LINEAR", ("grpo", "awm") if skip else ())
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.update.prepare(0, rollout, advantages)
-        trainer.update.minibatch(rollout, advantages, torch.arange(len(rollout)), sync=True,
-                                 stats=updates.Stats(), inner=updates.Stats(), check=False)
+        trainer.update.minibatch(
+            rollout,
+            advantages,
+            torch.arange(len(rollout)),
+            sync=True,
+            stats=updates.Stats(),
+            inner=updates.Stats(),
+            check=False,
+        )
         return {k: p.grad.clone() for k, p in trainer.params.items()}, trainer.update.skipped
 
     full, none_skipped = grads(False)

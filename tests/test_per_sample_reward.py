@@ -7,7 +7,7 @@ import torch
 from reward_models.per_sample import is_per_sample
 from reward_models.registry import _is_factory, build_reward, load_reward
 
-USER_FILE = '''
+USER_FILE = """
 import numpy as np
 from PIL import Image
 
@@ -57,12 +57,12 @@ def ocr(data_source, solution, ground_truth, extra_info):
 
 REWARDS = {"count": count, "ocr": ocr, "length": batched_len}
 BAD_ROUTES = {"x": make_factory}
-'''
+"""
 
-ONLY_SCORE = '''
+ONLY_SCORE = """
 def compute_score(data_source, solution, ground_truth, extra_info):
     return 7.0
-'''
+"""
 
 
 @pytest.fixture()
@@ -121,7 +121,12 @@ def test_per_sample_call_contract(user_file):
     assert calls[0]["extra_info"] == {"tag": "x", "split": "train", "prompt": "p0", "index": 0}
     assert calls[1]["extra_info"] == {"prompt": "p1", "index": 1}
     assert calls[0]["solution"].size == (8, 8)
-    assert meta[0] == {"data_source": "a", "ground_truth": 1.0, "tag": "x", "extra_info": {"split": "train", "index": 99}}
+    assert meta[0] == {
+        "data_source": "a",
+        "ground_truth": 1.0,
+        "tag": "x",
+        "extra_info": {"split": "train", "index": 99},
+    }
 
 
 def test_verl_style_dict_return_and_kwargs(user_file):
@@ -163,8 +168,14 @@ def test_per_sample_errors(user_file):
 def test_routing_by_data_source(user_file):
     for spec in (f"{user_file}:REWARDS", user_file):  # a bare file path picks its REWARDS
         fn = load_reward(spec)
-        meta = [{"data_source": "ocr"}, {"data_source": "count"}, {"data_source": "other"}, {},
-                {"data_source": "length"}, {"data_source": ["unhashable"]}]
+        meta = [
+            {"data_source": "ocr"},
+            {"data_source": "count"},
+            {"data_source": "other"},
+            {},
+            {"data_source": "length"},
+            {"data_source": ["unhashable"]},
+        ]
         prompts = ["a", "b", "c", "d", "eeeee", "f"]
         scores, info = fn(torch.zeros(6, 3, 4, 4), prompts, meta)
         np.testing.assert_allclose(scores[[0, 1, 4]], [2.0, 1.0, 5.0])

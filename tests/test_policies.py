@@ -19,8 +19,15 @@ def _policy(tiny_dirs, kind, **kw):
 def _rollout(policy, kind, guidance, n=6, steps=5, plan=None):
     rows = [ROWS[i % len(ROWS)] for i in range(n)]
     return sample_rollout(
-        policy, policy.denoiser, rows, seeds=list(range(n)), num_steps=steps, guidance_scale=guidance,
-        noise_level=NOISE[kind], plan=plan, generator=torch.Generator().manual_seed(1),
+        policy,
+        policy.denoiser,
+        rows,
+        seeds=list(range(n)),
+        num_steps=steps,
+        guidance_scale=guidance,
+        noise_level=NOISE[kind],
+        plan=plan,
+        generator=torch.Generator().manual_seed(1),
     )
 
 
@@ -60,8 +67,14 @@ def test_deterministic_rollout_matches_plain_pipeline(tiny_dirs, kind):
     )
     extra = {"max_sequence_length": 8} if kind == "sd3" else {}
     plain = pipe(
-        [r["prompt"] for r in ROWS[:2]], num_inference_steps=4, guidance_scale=4.5, height=32, width=32,
-        latents=rollout.latents[:, 0].clone(), output_type="pt", **extra,
+        [r["prompt"] for r in ROWS[:2]],
+        num_inference_steps=4,
+        guidance_scale=4.5,
+        height=32,
+        width=32,
+        latents=rollout.latents[:, 0].clone(),
+        output_type="pt",
+        **extra,
     ).images
     np.testing.assert_allclose(rollout.samples.numpy(), plain.float().numpy(), atol=1e-4)
     assert (rollout.log_probs == 0).all()

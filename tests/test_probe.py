@@ -65,8 +65,9 @@ def test_probe_is_exactly_paired_when_nothing_changes(tmp_path, tiny_dirs):
 def test_probe_moves_with_training_and_reports_a_standard_error(tmp_path, tiny_dirs):
     from ddpo_grpo.trainer import Trainer
 
-    config = _config(tmp_path, tiny_dirs["sd3"], **{"train.learning_rate": 3e-2, "prompts.source": "simple",
-                                                     "eval.group_by": ""})
+    config = _config(
+        tmp_path, tiny_dirs["sd3"], **{"train.learning_rate": 3e-2, "prompts.source": "simple", "eval.group_by": ""}
+    )
     config.reward.fns = {"jpeg_compressibility": 1.0}  # dense: a random model's judge score is flat 0
     config.reward.kwargs = {}
     Trainer(config).run()

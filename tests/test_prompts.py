@@ -1,6 +1,5 @@
 """Tests for ddpo_grpo.prompts."""
 
-
 import json
 
 import pytest
@@ -33,12 +32,15 @@ def test_json(tmp_path):
     assert load_prompts(str(p)) == [{"prompt": "a", "n": 1}, {"prompt": "b"}]
 
 
-@pytest.mark.parametrize("content,match", [
-    ('{"prompt": "ok"}\n{"prompt": oops}\n', r"p\.jsonl line 2: invalid JSON"),
-    ('{"prompt": "ok"}\n\n{"text": "x"}\n', r"p\.jsonl line 3: missing \"prompt\""),
-    ('{"prompt": 3}\n', r"line 1: \"prompt\" must be a string"),
-    ('["a"]\n', r"line 1: expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ('{"prompt": "ok"}\n{"prompt": oops}\n', r"p\.jsonl line 2: invalid JSON"),
+        ('{"prompt": "ok"}\n\n{"text": "x"}\n', r"p\.jsonl line 3: missing \"prompt\""),
+        ('{"prompt": 3}\n', r"line 1: \"prompt\" must be a string"),
+        ('["a"]\n', r"line 1: expected a JSON object"),
+    ],
+)
 def test_jsonl_errors(tmp_path, content, match):
     p = tmp_path / "p.jsonl"
     p.write_text(content)
@@ -111,7 +113,7 @@ def test_animals_ship_as_package_data():
 
 
 class _FakePolicy:
-    """The duck-typed surface `sample_rollout` uses, with no model: enough to follow metadata."""
+    """The duck-typed surface ``sample_rollout`` uses, with no model: enough to follow metadata."""
 
     device = torch.device("cpu")
 

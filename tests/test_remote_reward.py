@@ -41,7 +41,7 @@ serve = _load_script()
 
 @contextlib.contextmanager
 def _running(server):
-    """Serve `server` on a thread; yields ``(server, base_url)`` and shuts it down afterwards."""
+    """Serve ``server`` on a thread; yields ``(server, base_url)`` and shuts it down afterwards."""
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
@@ -184,8 +184,16 @@ def test_nan_passthrough():
     meta = [{"skip": i % 2 == 1} for i in range(4)]
     with serving(partial) as (_, url):
         scores, info = load_reward("remote", url=url)(_images(4, 8, 8), ["p"] * 4, meta)
-        status, body = _post_raw(url, json.dumps({"images": [_png_b64(np.zeros((4, 4, 3), np.uint8))] * 2,
-                                                  "prompts": ["a", "b"], "metadata": [{}, {"skip": True}]}))
+        status, body = _post_raw(
+            url,
+            json.dumps(
+                {
+                    "images": [_png_b64(np.zeros((4, 4, 3), np.uint8))] * 2,
+                    "prompts": ["a", "b"],
+                    "metadata": [{}, {"skip": True}],
+                }
+            ),
+        )
     assert scores.dtype == np.float32
     np.testing.assert_array_equal(np.isnan(scores), [False, True, False, True])
     np.testing.assert_array_equal(scores[[0, 2]], [0.0, 2.0])
@@ -384,7 +392,11 @@ def test_serve_reward_subprocess(tmp_path):
     stderr = open(tmp_path / "stderr.txt", "w+")
     proc = subprocess.Popen(
         [sys.executable, str(SCRIPT), "--reward", "jpeg_compressibility", "--port", "0", "--kwargs", '{"quality": 90}'],
-        stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        cwd=tmp_path,
+        env=env,
     )
     try:
         lines = queue.Queue()

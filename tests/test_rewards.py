@@ -1,6 +1,5 @@
 """Tests for reward_models: registry, JPEG rewards, MultiReward, user files."""
 
-
 import numpy as np
 import pytest
 import torch
@@ -57,10 +56,12 @@ def test_incompressibility_prefers_noisy():
 
 
 def test_multireward_weighted_nan():
-    rf = MultiReward([
-        ("a", 2.0, _const([1.0, np.nan, 3.0, np.nan])),
-        ("b", 0.5, _const([4.0, 2.0, np.nan, np.nan])),
-    ])
+    rf = MultiReward(
+        [
+            ("a", 2.0, _const([1.0, np.nan, 3.0, np.nan])),
+            ("b", 0.5, _const([4.0, 2.0, np.nan, np.nan])),
+        ]
+    )
     assert rf.names == ["a", "b"]
     imgs = torch.zeros(4, 3, 8, 8)
     per, info = rf(imgs, ["p"] * 4, [{}] * 4)
@@ -78,8 +79,9 @@ def test_multireward_weighted_nan():
 
 
 def test_multireward_coerces_tensor_and_list():
-    rf = MultiReward([("t", 1.0, lambda i, p, m: (torch.tensor([1.0, 2.0]), {"x": 1})),
-                      ("l", 1.0, lambda i, p, m: ([3, 4], {}))])
+    rf = MultiReward(
+        [("t", 1.0, lambda i, p, m: (torch.tensor([1.0, 2.0]), {"x": 1})), ("l", 1.0, lambda i, p, m: ([3, 4], {}))]
+    )
     per, info = rf(torch.zeros(2, 3, 4, 4), ["a", "b"], [{}, {}])
     np.testing.assert_allclose(rf.combine(per), [4.0, 6.0])
     assert info == {"t": {"x": 1}}
@@ -114,12 +116,13 @@ def test_build_reward_errors():
         build_reward({"nope": 1.0})
     with pytest.raises(ValueError, match="not a number"):
         build_reward({"jpeg_compressibility": "heavy"})
-    rf = build_reward({"jpeg_compressibility": 1.0, "jpeg_incompressibility": 0.5},
-                      {"jpeg_compressibility": {"quality": 80}})
+    rf = build_reward(
+        {"jpeg_compressibility": 1.0, "jpeg_incompressibility": 0.5}, {"jpeg_compressibility": {"quality": 80}}
+    )
     assert rf.names == ["jpeg_compressibility", "jpeg_incompressibility"]
 
 
-USER_FILE = '''
+USER_FILE = """
 import numpy as np
 
 def prompt_len(images, prompts, metadata):
@@ -131,7 +134,7 @@ def make_scaled(scale=1.0):
     return fn
 
 NOT_CALLABLE = 3
-'''
+"""
 
 
 def test_user_file(tmp_path):
@@ -142,8 +145,7 @@ def test_user_file(tmp_path):
     scores, _ = fn(imgs, ["ab", "abcd"], [{}, {}])
     np.testing.assert_allclose(scores, [2, 4])
 
-    rf = build_reward({f"{path}:make_scaled": 1.0, f"{path}:prompt_len": 0.5},
-                      {f"{path}:make_scaled": {"scale": 10.0}})
+    rf = build_reward({f"{path}:make_scaled": 1.0, f"{path}:prompt_len": 0.5}, {f"{path}:make_scaled": {"scale": 10.0}})
     per, _ = rf(imgs, ["ab", "abcd"], [{"v": 1.0}, {}])
     np.testing.assert_allclose(rf.combine(per), [11.0, 2.0])
 

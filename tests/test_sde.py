@@ -321,8 +321,13 @@ def test_per_sample_sigma_tensor(kernel):
     step = flow_sde_step(v, x, sig, sig_next, noise_level=lvl, sde_type=kernel, generator=_gen())
     for b in range(2):
         single = flow_sde_step(
-            v[b : b + 1], x[b : b + 1], sig[b].item(), sig_next[b].item(), noise_level=lvl[b].item(),
-            sde_type=kernel, prev_sample=step.prev_sample[b : b + 1],
+            v[b : b + 1],
+            x[b : b + 1],
+            sig[b].item(),
+            sig_next[b].item(),
+            noise_level=lvl[b].item(),
+            sde_type=kernel,
+            prev_sample=step.prev_sample[b : b + 1],
         )
         torch.testing.assert_close(single.mean[0], step.mean[b])
         torch.testing.assert_close(single.std[0], step.std[b])
@@ -334,8 +339,14 @@ def test_per_sample_alpha_tensor():
     a_t, a_prev = torch.tensor([0.2, 0.5]), torch.tensor([0.3, 0.9])
     step = ddim_step(v, x, a_t, a_prev, eta=0.5, generator=_gen())
     for b in range(2):
-        single = ddim_step(v[b : b + 1], x[b : b + 1], a_t[b].item(), a_prev[b].item(), eta=0.5,
-                           prev_sample=step.prev_sample[b : b + 1])
+        single = ddim_step(
+            v[b : b + 1],
+            x[b : b + 1],
+            a_t[b].item(),
+            a_prev[b].item(),
+            eta=0.5,
+            prev_sample=step.prev_sample[b : b + 1],
+        )
         torch.testing.assert_close(single.mean[0], step.mean[b])
         torch.testing.assert_close(single.log_prob[0], step.log_prob[b])
 
@@ -417,6 +428,9 @@ def test_forward_process_target_and_x0_error_scale(kind):
         n = ddpm_forward(x0, level, eps, kind)
         torch.testing.assert_close(n.x_t, col.sqrt() * x0 + (1 - col).sqrt() * eps)
         pred = n.target + d
-        x0_hat = {"epsilon": (n.x_t - (1 - col).sqrt() * pred) / col.sqrt(),
-                  "v_prediction": col.sqrt() * n.x_t - (1 - col).sqrt() * pred, "sample": pred}[kind]
+        x0_hat = {
+            "epsilon": (n.x_t - (1 - col).sqrt() * pred) / col.sqrt(),
+            "v_prediction": col.sqrt() * n.x_t - (1 - col).sqrt() * pred,
+            "sample": pred,
+        }[kind]
     torch.testing.assert_close((x0_hat - x0).abs(), n.scale.view(-1, 1, 1, 1) * d.abs(), atol=2e-6, rtol=1e-5)

@@ -64,11 +64,16 @@ def png_b64(arr):
 
 def header_only_png(w, h):
     """A PNG whose header claims ``w x h`` pixels, with a few bytes of compressed data."""
+
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    raw = (serve.PNG_SIGNATURE + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(b"\0" * 16)) + chunk(b"IEND", b""))
+    raw = (
+        serve.PNG_SIGNATURE
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"\0" * 16))
+        + chunk(b"IEND", b"")
+    )
     return base64.b64encode(raw).decode()
 
 
@@ -131,10 +136,17 @@ def test_data_root_confines_paths(tree):
                 status, reply, _ = post(url, body([GEN_B64], [{"ground_truth": gt}]))
                 assert status == 200 and reply["scores"] == [100.0], (gt, reply)
             refused = {
-                "../outside.png": "without '..'", "sub/../gt.png": "without '..'", str(root / "gt.png"): "relative",
-                "/etc/passwd": "relative", "out_link.png": "outside the server's data root",
-                "out_dir/outside.png": "outside the server's data root", "nope.png": "no such image file",
-                "sub": "no such image file", "notes.txt": "not a readable image", "": "relative", "a\0b": "relative",
+                "../outside.png": "without '..'",
+                "sub/../gt.png": "without '..'",
+                str(root / "gt.png"): "relative",
+                "/etc/passwd": "relative",
+                "out_link.png": "outside the server's data root",
+                "out_dir/outside.png": "outside the server's data root",
+                "nope.png": "no such image file",
+                "sub": "no such image file",
+                "notes.txt": "not a readable image",
+                "": "relative",
+                "a\0b": "relative",
             }
             for gt, expected in refused.items():
                 meta = [{}, {}, {}, {"ground_truth": gt}]  # row 3 lies in the second chunk of the server
@@ -155,8 +167,9 @@ def test_ground_truth_files_count_against_the_request_budget(tree):
         assert post(url, body([GEN_B64] * 3, rows))[0] == 200
     with serving(PSNR, data_root=str(root), max_request_pixels=need - 1) as (_, url):
         status, reply, _ = post(url, body([GEN_B64] * 3, rows))
-        assert status == 413 and reply["error"] == ("metadata[2]['ground_truth']: the image has 16x16 pixels, more "
-                                                    "than what is left of the request's budget")
+        assert status == 413 and reply["error"] == (
+            "metadata[2]['ground_truth']: the image has 16x16 pixels, more than what is left of the request's budget"
+        )
     with serving(PSNR, data_root=str(root), max_pixels=32 * 32) as (_, url):
         status, reply, _ = post(url, body([GEN_B64] * 3, rows))
         assert status == 413 and reply["error"].startswith("metadata[1]['ground_truth']: the image has 64x64 pixels")
@@ -190,9 +203,11 @@ def test_policy_only_applies_inside_its_block(tree, monkeypatch):
 # ------------------------------------------------------------------------------------ arrays in metadata
 def test_nested_metadata_arrays_still_work():
     x = torch.from_numpy(np.stack([GEN, 255 - GEN, GEN])).permute(0, 3, 1, 2).float() / 255
-    meta = [{"ground_truth": torch.from_numpy(GEN).permute(2, 0, 1).contiguous()},  # uint8 -> JSON ints
-            {"ground_truth": x[0].numpy() * 0.5},  # float array -> JSON floats
-            {"ground_truth": None}]
+    meta = [
+        {"ground_truth": torch.from_numpy(GEN).permute(2, 0, 1).contiguous()},  # uint8 -> JSON ints
+        {"ground_truth": x[0].numpy() * 0.5},  # float array -> JSON floats
+        {"ground_truth": None},
+    ]
     local, _ = PSNR(x, ["p"] * 3, meta)
     with serving(PSNR, max_batch=2) as (_, url):
         remote, info = load_reward("remote", url=url)(x, ["p"] * 3, meta)

@@ -1,12 +1,12 @@
 """ShapesWorld judge: agreement with ground truth on clean and perturbed renders, rejection of wrong
 images, partial scores, input formats, and the ``shapes`` reward plug-in."""
+
 import numpy as np
 import pytest
 import torch
 
-from worlds.shapes import judge as J
 from worlds.shapes import grammar as P
-
+from worlds.shapes import judge as J
 from worlds.shapes import world as W
 from worlds.shapes.judge import judge
 from worlds.shapes.world import ShapeObject
@@ -65,7 +65,12 @@ def test_wrong_images_and_partial_scores():
     pos = "a red circle to the left of a blue square"
     r = judge(_img(RED_CIRCLE, BLUE_SQUARE), pos)
     assert (r["strict"], r["partial"], r["task"]) == (1, 1.0, "position")
-    assert [name for name, _ in r["checks"]] == ["exactly 1 red circle", "exactly 1 blue square", "nothing else", "left_of"]
+    assert [name for name, _ in r["checks"]] == [
+        "exactly 1 red circle",
+        "exactly 1 blue square",
+        "nothing else",
+        "left_of",
+    ]
     # swapped relation
     r = judge(_img(RED_CIRCLE, BLUE_SQUARE), "a red circle to the right of a blue square")
     assert r["strict"] == 0 and r["partial"] == 0.75
@@ -185,7 +190,12 @@ def test_shapes_reward_plugin():
     """The world's reward is found by name through its entry point (the core does not import worlds)."""
     from reward_models import REGISTRY, build_reward, load_reward
 
-    prompts = ["a red circle", "three blue squares", "a green triangle and a yellow circle", "a purple square below a red triangle"]
+    prompts = [
+        "a red circle",
+        "three blue squares",
+        "a green triangle and a yellow circle",
+        "a purple square below a red triangle",
+    ]
     rows = [P.make_row(P.parse_prompt(p)) for p in prompts]
     images = _batch(prompts)
     fn = load_reward("shapes")

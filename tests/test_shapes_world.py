@@ -1,11 +1,11 @@
 """ShapesWorld renderer, prompt grammar and the shipped train/test split, checked against its spec (worlds/shapes/README.md)."""
+
 import json
 
 import numpy as np
 import pytest
 
 from worlds.shapes import grammar as P
-
 from worlds.shapes import world as W
 
 SPEC_PALETTE = {
@@ -253,8 +253,16 @@ def test_split_holds_out_compositions():
     combos = set(rule["held_out_counting"])
     assert len(combos) == 9 and len({(c, s) for _, c, s in combos}) == 9
     assert sorted(n for n, _, _ in combos) == [2, 2, 2, 3, 3, 3, 4, 4, 4]
-    train_counting = {(r["objects"][0]["count"], r["objects"][0]["color"], r["objects"][0]["shape"]) for r in train if r["task"] == "counting"}
-    test_counting = {(r["objects"][0]["count"], r["objects"][0]["color"], r["objects"][0]["shape"]) for r in test if r["task"] == "counting"}
+    train_counting = {
+        (r["objects"][0]["count"], r["objects"][0]["color"], r["objects"][0]["shape"])
+        for r in train
+        if r["task"] == "counting"
+    }
+    test_counting = {
+        (r["objects"][0]["count"], r["objects"][0]["color"], r["objects"][0]["shape"])
+        for r in test
+        if r["task"] == "counting"
+    }
     assert test_counting == combos and not train_counting & combos
     assert {(c, s) for _, c, s in combos} <= {(c, s) for _, c, s in train_counting}
     # held-out singles

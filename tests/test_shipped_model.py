@@ -4,9 +4,9 @@ import numpy as np
 import torch
 from diffusers import StableDiffusion3Pipeline
 
-from worlds.shapes.judge import judge
-from worlds.shapes.grammar import all_prompts
 from worlds.shapes import SHAPES_SD3
+from worlds.shapes.grammar import all_prompts
+from worlds.shapes.judge import judge
 
 
 def test_shipped_sd3_loads_offline_and_draws_shapes_on_white():
@@ -14,7 +14,11 @@ def test_shipped_sd3_loads_offline_and_draws_shapes_on_white():
     pipe.set_progress_bar_config(disable=True)
     prompts = list(all_prompts("single_object"))  # all 15 colour-shape pairs
     out = pipe(
-        prompts, num_inference_steps=20, guidance_scale=4.5, max_sequence_length=8, output_type="np",
+        prompts,
+        num_inference_steps=20,
+        guidance_scale=4.5,
+        max_sequence_length=8,
+        output_type="np",
         generator=torch.Generator().manual_seed(0),
     ).images  # [15, 64, 64, 3] in [0, 1]
     assert out.shape == (15, 64, 64, 3)
@@ -38,7 +42,11 @@ def test_shipped_sd_loads_offline_and_draws_shapes_on_white():
         assert torch.equal(a, b), name
     prompts = list(all_prompts("single_object"))
     out = pipe(
-        prompts, num_inference_steps=20, guidance_scale=4.5, eta=0.0, output_type="np",
+        prompts,
+        num_inference_steps=20,
+        guidance_scale=4.5,
+        eta=0.0,
+        output_type="np",
         generator=torch.Generator().manual_seed(0),
     ).images  # [15, 64, 64, 3] in [0, 1]
     assert out.shape == (15, 64, 64, 3)

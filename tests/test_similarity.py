@@ -103,8 +103,11 @@ def test_file_paths_root_key_and_resize(tmp_path):
     Image.fromarray(arr).save(tmp_path / "gt.png")
     Image.fromarray(arr).resize((32, 32), Image.BICUBIC).save(tmp_path / "big.png")
     gen = torch.from_numpy(arr).permute(2, 0, 1).float()[None].expand(3, -1, -1, -1) / 255.0
-    meta = [{"ground_truth_image": "gt.png"}, {"ground_truth_image": str(tmp_path / "gt.png")},
-            {"ground_truth_image": "big.png"}]
+    meta = [
+        {"ground_truth_image": "gt.png"},
+        {"ground_truth_image": str(tmp_path / "gt.png")},
+        {"ground_truth_image": "big.png"},
+    ]
     fn = load_reward("psnr", key="ground_truth_image", root=str(tmp_path))
     scores, _ = fn(gen, ["a", "b", "c"], meta)
     np.testing.assert_allclose(scores[:2], [100.0, 100.0])  # relative (root) and absolute paths

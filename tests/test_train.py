@@ -13,9 +13,24 @@ import torch
 from tests.conftest import REPO
 
 REQUIRED_KEYS = {
-    "epoch", "global_step", "reward/mean", "reward/std", "adv/mean", "adv/std", "train/loss",
-    "train/policy_loss", "train/kl", "train/approx_kl", "train/clipfrac", "train/ratio_mean", "train/grad_norm",
-    "train/logp_mismatch", "perf/sample_s", "perf/train_s", "adv/frac_zero_std", "train/inner_epochs_run",
+    "epoch",
+    "global_step",
+    "reward/mean",
+    "reward/std",
+    "adv/mean",
+    "adv/std",
+    "train/loss",
+    "train/policy_loss",
+    "train/kl",
+    "train/approx_kl",
+    "train/clipfrac",
+    "train/ratio_mean",
+    "train/grad_norm",
+    "train/logp_mismatch",
+    "perf/sample_s",
+    "perf/train_s",
+    "adv/frac_zero_std",
+    "train/inner_epochs_run",
 }
 
 
@@ -63,12 +78,22 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
 
     logdir = tmp_path / "logs"
     cmd = [
-        sys.executable, str(REPO / "scripts" / "train.py"), f"--config={REPO / 'config' / 'quickstart.py'}:tiny",
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        f"--config={REPO / 'config' / 'quickstart.py'}:tiny",
         f"--config.pretrained.model={tiny_dirs[kind]}",
-        f"--config.logdir={logdir}", "--config.run_name=e2e", "--config.num_epochs=2",
-        "--config.sample.num_steps=4", "--config.logging.image_freq=1", "--config.logging.progress=False",
-        "--config.train.num_inner_epochs=2", "--config.eval.freq=1", "--config.eval.limit=4",
-        "--config.eval.prompts=shapes_test", "--config.eval.reward=shapes", "--config.eval.group_by=task",
+        f"--config.logdir={logdir}",
+        "--config.run_name=e2e",
+        "--config.num_epochs=2",
+        "--config.sample.num_steps=4",
+        "--config.logging.image_freq=1",
+        "--config.logging.progress=False",
+        "--config.train.num_inner_epochs=2",
+        "--config.eval.freq=1",
+        "--config.eval.limit=4",
+        "--config.eval.prompts=shapes_test",
+        "--config.eval.reward=shapes",
+        "--config.eval.group_by=task",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
@@ -109,8 +134,13 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
 def test_every_n_epochs_means_after_n_epochs_of_training(tmp_path, tiny_dirs):
     """eval.freq / logging.image_freq / save_freq = 2 over 3 epochs: after epochs 1 and 2 (the last), not
     after epoch 0 (one update in, which the "before" evaluation would only approximate)."""
-    config = _config(tmp_path, tiny_dirs["sd3"], num_epochs=3, save_freq=2, **{
-        "eval.freq": 2, "eval.limit": 2, "logging.image_freq": 2, "logging.tracker": "none"})
+    config = _config(
+        tmp_path,
+        tiny_dirs["sd3"],
+        num_epochs=3,
+        save_freq=2,
+        **{"eval.freq": 2, "eval.limit": 2, "logging.image_freq": 2, "logging.tracker": "none"},
+    )
     trainer = _run(config)
     rows = _metrics(trainer.run_dir)
     assert [r["epoch"] for r in rows if "eval/score" in r] == [1, 2]  # the training reward's score (jpeg)
@@ -145,11 +175,18 @@ def test_full_finetune_with_kl_and_ema_exports_pipeline(tmp_path, tiny_dirs):
 
     trainer = _run(
         _config(
-            tmp_path, tiny_dirs["sd"], **{
-                "train.use_lora": False, "train.beta": 0.1, "train.kl_estimator": "k3", "train.ema": True,
-                "train.reference_update": "hard", "train.reference_update_freq": 1, "num_epochs": 2,
+            tmp_path,
+            tiny_dirs["sd"],
+            **{
+                "train.use_lora": False,
+                "train.beta": 0.1,
+                "train.kl_estimator": "k3",
+                "train.ema": True,
+                "train.reference_update": "hard",
+                "train.reference_update_freq": 1,
+                "num_epochs": 2,
                 "train.learning_rate": 1e-4,
-            }
+            },
         )
     )
     rows = _metrics(trainer.run_dir)
@@ -165,10 +202,15 @@ def test_kl_to_reference_is_zero_while_policy_is_unchanged(tmp_path, tiny_dirs):
     """lr = 0: the policy stays at the (swapped-in) reference weights, so every KL estimate is 0."""
     trainer = _run(
         _config(
-            tmp_path, tiny_dirs["sd3"], **{
-                "num_epochs": 1, "train.learning_rate": 0.0, "train.beta": 0.5, "train.reference_update": "soft",
+            tmp_path,
+            tiny_dirs["sd3"],
+            **{
+                "num_epochs": 1,
+                "train.learning_rate": 0.0,
+                "train.beta": 0.5,
+                "train.reference_update": "soft",
                 "train.reference_update_freq": 1,
-            }
+            },
         )
     )
     row = _metrics(trainer.run_dir)[0]
@@ -194,11 +236,22 @@ def test_two_processes_with_torchrun(tmp_path, tiny_dirs):
     """2 CPU processes (gloo): groups span processes, rewards are gathered, one metrics file, one final/."""
     logdir = tmp_path / "logs"
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(REPO / "scripts" / "train.py"), f"--config={REPO / 'config' / 'quickstart.py'}:tiny",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(REPO / "scripts" / "train.py"),
+        f"--config={REPO / 'config' / 'quickstart.py'}:tiny",
         f"--config.pretrained.model={tiny_dirs['sd3']}",
-        f"--config.logdir={logdir}", "--config.run_name=ddp", "--config.num_epochs=2", "--config.sample.num_steps=3",
-        "--config.sample.num_batches_per_epoch=1", "--config.sample.group_size=8", "--config.logging.progress=False",
+        f"--config.logdir={logdir}",
+        "--config.run_name=ddp",
+        "--config.num_epochs=2",
+        "--config.sample.num_steps=3",
+        "--config.sample.num_batches_per_epoch=1",
+        "--config.sample.group_size=8",
+        "--config.logging.progress=False",
         "--config.logging.image_freq=0",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -216,10 +269,11 @@ def test_update_moves_log_probs_toward_positive_advantages(tmp_path, tiny_dirs):
     """One training pass raises the log-prob of high-advantage transitions relative to low-advantage
     ones: Σ_i A_i·(log π_new − log π_old) > 0, the first-order guarantee of a policy-gradient step."""
     from ddpo_grpo.rollout import transition_inputs
-
     from ddpo_grpo.trainer import Trainer
 
-    config = _config(tmp_path, tiny_dirs["sd3"], **{"num_epochs": 1, "train.learning_rate": 1e-3, "train.clip_range": 1.0})
+    config = _config(
+        tmp_path, tiny_dirs["sd3"], **{"num_epochs": 1, "train.learning_rate": 1e-3, "train.clip_range": 1.0}
+    )
     trainer = Trainer(config)
     rollout, per_reward, _ = trainer.sample_phase(0)
     advantages, _ = trainer.advantage_phase(0, per_reward)
@@ -238,7 +292,9 @@ def test_update_moves_log_probs_toward_positive_advantages(tmp_path, tiny_dirs):
 def test_group_members_share_initial_noise_when_asked(tmp_path, tiny_dirs):
     from ddpo_grpo.trainer import Trainer
 
-    config = _config(tmp_path, tiny_dirs["sd3"], **{"sample.share_group_noise": True, "sample.num_batches_per_epoch": 1})
+    config = _config(
+        tmp_path, tiny_dirs["sd3"], **{"sample.share_group_noise": True, "sample.num_batches_per_epoch": 1}
+    )
     rollout, _, _ = Trainer(config).sample_phase(0)
     x0 = rollout.latents[:, 0]  # [4, C, h, w]: one group of 4
     assert all(torch.equal(x0[0], x0[i]) for i in range(1, 4))
@@ -312,14 +368,23 @@ def test_sgd_optimizer_steps_along_the_gradient(tmp_path, tiny_dirs):
     """train.optimizer="sgd": one optimizer step moves the weights by exactly −lr × (accumulated gradient)."""
     from ddpo_grpo.trainer import Trainer
 
-    config = _config(tmp_path, tiny_dirs["sd3"], **{
-        "train.optimizer": "sgd", "train.learning_rate": 50.0, "train.batch_size": 8,
-        "train.gradient_accumulation_steps": 1, "num_epochs": 1, "sample.batch_size": 8,
-        "sample.num_batches_per_epoch": 1,
-    })
+    config = _config(
+        tmp_path,
+        tiny_dirs["sd3"],
+        **{
+            "train.optimizer": "sgd",
+            "train.learning_rate": 50.0,
+            "train.batch_size": 8,
+            "train.gradient_accumulation_steps": 1,
+            "num_epochs": 1,
+            "sample.batch_size": 8,
+            "sample.num_batches_per_epoch": 1,
+        },
+    )
     trainer = Trainer(config)
-    assert isinstance(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer,
-                      torch.optim.SGD)
+    assert isinstance(
+        trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer, torch.optim.SGD
+    )
     before = {k: p.detach().clone() for k, p in trainer.params.items()}
     captured = {}
     step = trainer.optimizer.step
