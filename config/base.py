@@ -41,13 +41,20 @@ def get_config():
     # or a factory file "path/to/my_model.py:build" whose build() returns a pipeline (ddpo_grpo/policies).
     # "" = build the tiny random pipeline of `ddpo_grpo.tiny` (pretrained.tiny) under <logdir>/_tiny/.
     pretrained.model = ""
-    pretrained.tiny = "sd3"  # which tiny pipeline to build when model is "": "sd3" | "sd" | "denoiser"
+    pretrained.tiny = "sd3"
+    # Start from the trainable weights of a checkpoint (a run or checkpoint directory), e.g. another run's
+    # supervised warm-up; "" = the model's own. Keys that do not match (another LoRA rank, a widened layer) are
+    # refused unless init_strict is False, which loads the matching ones and reports the others.
+    pretrained.init_from = ""
+    pretrained.init_strict = True  # which tiny pipeline to build when model is "": "sd3" | "sd" | "denoiser"
 
     # ---- sampling (rollouts) ------------------------------------------------------------------
     config.sample = sample = ml_collections.ConfigDict()
     sample.num_steps = 10  # denoising steps T of training rollouts (may be fewer than eval_num_steps)
     sample.eval_num_steps = 40  # steps of the deterministic samples logged as image grids
     sample.guidance_scale = 4.5  # classifier-free guidance w; ≤ 1 disables CFG (one denoiser pass per step)
+    # image-conditioned models (InstructPix2Pix): the image guidance s_I ≥ 1 (1 = none); the text's is guidance_scale
+    sample.image_guidance_scale = 1.5
     sample.negative_prompt = ""  # the unconditional / negative prompt used by CFG
     sample.batch_size = 8  # images per sampling batch, PER PROCESS
     sample.group_size = 4  # images per prompt (GRPO group, ≥ 2); a group may span batches and processes
@@ -146,6 +153,22 @@ def get_config():
     train.reference_update = "fixed"
     train.reference_update_freq = 10
     train.reference_mix_alpha = 0.9
+
+    # Supervised-loss mixing (image-conditioned models; ddpo_grpo/supervised.py, schedules.py): the loss is
+    # λ_sup · (the model's denoising loss on the rows' (condition, ground truth)) + λ_pg · (the objective above),
+    # (λ_sup, λ_pg) per epoch from sup_schedule: "constant" (sup_weight, 1); "linear" (sup_weight decaying to
+    # sup_floor over sup_ramp_epochs, 1); "staged" (sup_warmup_epochs supervised only, then sup_ramp_epochs of
+    # hand-over, then GRPO with λ_sup = sup_floor). sup_weight 0 = no supervised term.
+    train.sup_weight = 0.0
+    train.sup_schedule = "constant"
+    train.sup_warmup_epochs = 0
+    train.sup_ramp_epochs = 0
+    train.sup_floor = 0.0
+    train.sup_key = "ground_truth"  # the row field holding the supervised target image (rows without it: skipped)
+    # data consistency ‖D(x̂) − y‖² of the predicted clean image with the row's source image y, D the degradation:
+    # "row" = each row's `degradation` field, or one spec for all (e.g. "blur:1.5"; ddpo_grpo/degradations.py)
+    train.consistency_weight = 0.0
+    train.degradation = ""
 
     # ---- rewards ------------------------------------------------------------------------------
     config.reward = reward = ml_collections.ConfigDict()

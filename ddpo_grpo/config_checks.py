@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 
+from ddpo_grpo import degradations, schedules
 from ddpo_grpo.advantages import ADVANTAGE_MODES
 from ddpo_grpo.errors import ConfigError
 from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
@@ -88,6 +89,18 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "train.forward_time", t.forward_time, ("uniform", "logit_normal"))
     _choice(p, "train.cfg_uncond_grad", t.cfg_uncond_grad, ("keep", "detach"))
     _positive(p, "train.forward_timesteps", t.forward_timesteps)
+    p.extend(schedules.check(config))
+    g = s.image_guidance_scale
+    if isinstance(g, bool) or not isinstance(g, (int, float)) or g < 1:
+        p.append(f"sample.image_guidance_scale={g!r} must be a number ≥ 1 (1 = no image guidance)")
+    _positive(p, "train.consistency_weight", t.consistency_weight, integer=False, allow_zero=True)
+    if t.degradation not in ("", "row"):
+        try:
+            degradations.parse(t.degradation, "train.degradation")
+        except ValueError as exc:
+            p.append(str(exc))
+    if t.consistency_weight > 0 and not t.degradation:
+        p.append("train.consistency_weight > 0 needs train.degradation: 'row' or a spec like 'blur:1.5'")
     if not (t.max_grad_norm > 0 and t.grad_norm_ratio >= 0):
         p.append(
             f"train.max_grad_norm={t.max_grad_norm} must be > 0 and train.grad_norm_ratio={t.grad_norm_ratio} "

@@ -180,7 +180,10 @@ def sample_rollout(
     b = len(rows)
 
     with autocast():
-        cond = policy.encode_prompts(prompts, negative_prompt)
+        # Policy.encode_rows (image-conditioned families read more of the row than its prompt); a duck-typed
+        # policy without it is conditioned on the prompts alone
+        encode_rows = getattr(policy, "encode_rows", None)
+        cond = encode_rows(rows, negative_prompt) if encode_rows else policy.encode_prompts(prompts, negative_prompt)
     schedule = policy.schedule(num_steps)
     levels = plan.noise_levels(num_steps, noise_level, rng).to(device)  # [T]
     policy.check(schedule, levels)  # once per rollout; the per-step kernel calls skip validation

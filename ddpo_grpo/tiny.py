@@ -5,6 +5,8 @@ and inside the test suite. Both pipelines share one tokenizer design: a characte
 vocabulary with no merges, so `CLIPTokenizer` needs no files from a hub.
 
     build_tiny_sd(path)   -> StableDiffusionPipeline  (UNet2DConditionModel + DDIMScheduler)
+    build_tiny_ip2p(path) -> StableDiffusionInstructPix2PixPipeline (the SD UNet with 8 input channels: noisy
+                             latent + source-image latent)
     build_tiny_sd3(path)  -> StableDiffusion3Pipeline (SD3Transformer2DModel + FlowMatchEulerDiscreteScheduler,
                              two CLIP text encoders, no T5)
     build_tiny_denoiser(path) -> ddpo_grpo.pipelines.DenoiserPipeline (`TinyDenoiser`, an MLP over
@@ -118,6 +120,37 @@ def build_tiny_sd(path: str | Path, seed: int = 0):
     return pipe
 
 
+def build_tiny_ip2p(path: str | Path, seed: int = 0):
+    """Build, save to `path` and return a tiny StableDiffusionInstructPix2PixPipeline (8-channel UNet, DDIM)."""
+    from diffusers import DDIMScheduler, StableDiffusionInstructPix2PixPipeline, UNet2DConditionModel
+    from transformers import CLIPTextModel
+
+    path = Path(path)
+    torch.manual_seed(seed)
+    unet = UNet2DConditionModel(
+        sample_size=8,
+        in_channels=8,  # the noisy latent and the source image's latent, concatenated on channels
+        out_channels=4,
+        block_out_channels=(16, 32),
+        layers_per_block=1,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=TEXT_HIDDEN,
+        norm_num_groups=8,
+        attention_head_dim=4,
+    )
+    scheduler = DDIMScheduler(
+        beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, clip_sample=False,
+        set_alpha_to_one=False, steps_offset=1,
+    )
+    pipe = StableDiffusionInstructPix2PixPipeline(
+        vae=_vae(None), text_encoder=CLIPTextModel(_text_config()), tokenizer=build_tokenizer(),
+        unet=unet, scheduler=scheduler, safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+    )
+    pipe.save_pretrained(path)
+    return pipe
+
+
 def build_tiny_sd3(path: str | Path, seed: int = 0, shift: float = 3.0):
     """Build, save to `path` and return a tiny StableDiffusion3Pipeline (two CLIP encoders, no T5)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
@@ -215,4 +248,4 @@ def build_tiny_denoiser(path: str | Path, seed: int = 0, frames: int = 16, featu
 
 
 #: `pretrained.tiny` name -> builder(path)
-BUILDERS = {"sd3": build_tiny_sd3, "sd": build_tiny_sd, "denoiser": build_tiny_denoiser}
+BUILDERS = {"sd3": build_tiny_sd3, "sd": build_tiny_sd, "denoiser": build_tiny_denoiser, "ip2p": build_tiny_ip2p}

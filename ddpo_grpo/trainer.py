@@ -38,13 +38,15 @@ from ddpo_grpo.errors import ConfigError, RewardError
 from ddpo_grpo.evaluation import Evaluator, evaluate, every
 from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard
 from ddpo_grpo.logging_utils import MetricsLogger
-from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, canonical_model, load_pipeline
+from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, canonical_model, load_pipeline, policy_class
 from ddpo_grpo.probe import PairedProbe
 from ddpo_grpo.prompts import PromptSampler, load_prompts
 from ddpo_grpo.reference import Reference
 from ddpo_grpo.report import RunReport
 from ddpo_grpo.rollout import Rollout, StepPlan, sample_rollout
+from ddpo_grpo.schedules import loss_weights
 from ddpo_grpo.seeding import derive_seed
+from ddpo_grpo.supervised import SupervisedTerm, rows_of
 from ddpo_grpo.updates import Stats, UpdateContext, make_update
 from ddpo_grpo.weights import EMA, trainable_parameters
 
@@ -151,12 +153,16 @@ class Trainer:
         cfg, t = self.config, self.config.train
         self.model_path = self._model_path()
         pipeline = load_pipeline(self.model_path)
+        extra = {}
+        if getattr(policy_class(pipeline), "image_conditioned", False):
+            extra["image_guidance_scale"] = cfg.sample.image_guidance_scale
         self.policy = build_policy(
             pipeline,
             resolution=cfg.sample.resolution,
             max_sequence_length=cfg.sample.max_sequence_length,
             sde_type=cfg.sample.sde_type,
-            kernel=cfg.sample.get("kernel", ""),
+            kernel=cfg.sample.kernel,
+            **extra,
         )
         weight_dtype = WEIGHT_DTYPES[cfg.mixed_precision]
         pipeline.to(self.acc.device)
@@ -174,6 +180,8 @@ class Trainer:
             )
         else:
             denoiser.requires_grad_(True)
+        if cfg.pretrained.init_from:
+            self._init_from(cfg.pretrained.init_from, denoiser)
         self.params = trainable_parameters(denoiser)
         for p in self.params.values():
             p.data = p.data.float()  # trainable weights (and their optimizer state) in float32
@@ -188,6 +196,22 @@ class Trainer:
                 freq=t.reference_update_freq,
                 alpha=t.reference_mix_alpha,
             )
+
+    def _init_from(self, path: str, denoiser) -> None:
+        """Start from a checkpoint's trainable weights (another run's, e.g. of a supervised warm-up), reporting
+        missing and unexpected keys; a mismatch is refused unless pretrained.init_strict is False."""
+        loaded = ckpt.load_latest(path, log=lambda line: print(line, flush=True) if self.main else None)
+        try:
+            report = ckpt.load_state_dict_checked(
+                denoiser, loaded["tensors"]["model"], strict=self.config.pretrained.init_strict,
+                source=f"pretrained.init_from checkpoint {loaded['path']}",
+            )
+        except ValueError as exc:
+            raise ConfigError(f"{exc} (set pretrained.init_strict=False)") from exc
+        if self.main:
+            print(f"initialised from {loaded['path']}: {len(report['loaded'])} tensors loaded, "
+                  f"{len(report['missing'])} missing, {len(report['unexpected'])} unexpected, "
+                  f"{len(report['mismatched'])} of another shape", flush=True)
 
     def _setup_optimizer(self):
         t = self.config.train
@@ -256,18 +280,18 @@ class Trainer:
                 f"{self.policy.noise_field}={self.noise_level}: with no noise every sampling step is deterministic "
                 f"and there is no transition to train; set {self.policy.noise_field} > 0 for this {type(self.policy).__name__}"
             )
-        self.update = make_update(
-            UpdateContext(
-                config=cfg,
-                policy=self.policy,
-                model=self.model,
-                acc=self.acc,
-                params=self.params,
-                reference=self.reference,
-                autocast=self.autocast,
-                rank=self.rank,
-            )
+        ctx = UpdateContext(
+            config=cfg,
+            policy=self.policy,
+            model=self.model,
+            acc=self.acc,
+            params=self.params,
+            reference=self.reference,
+            autocast=self.autocast,
+            rank=self.rank,
         )
+        self.update = make_update(ctx)
+        self.supervised = SupervisedTerm(ctx) if t.sup_weight > 0 else None
         self.evaluator = Evaluator(cfg, self.eval_reward) if cfg.eval.freq else None
         p = cfg.probe
         self.probe = (
@@ -387,7 +411,9 @@ class Trainer:
         all_per_reward = {name: self._gather(v) for name, v in per_reward.items()}  # process-major = global order
         combined = self.reward.combine(all_per_reward)  # [N]
         s = self.config.sample
-        keys = group_keys([r["prompt"] for r in rows], s.group_size, self.config.train.adv_mode, s.share_group_noise)
+        # a prompt group is one row: its prompt, or its id where rows share a prompt (image-conditioned data)
+        ids = [str(r.get("id", r["prompt"])) for r in rows]
+        keys = group_keys(ids, s.group_size, self.config.train.adv_mode, s.share_group_noise)
         advantages, adv_stats = self.tracker(keys[: len(combined)], all_per_reward, combined)
         stats = dict(self.reward.stats(all_per_reward, combined))
         stats.update(adv_stats)
@@ -406,7 +432,9 @@ class Trainer:
         return mine, stats
 
     # ------------------------------------------------------------------ phase 3: training
-    def train_phase(self, epoch: int, rollout: Rollout, advantages: torch.Tensor) -> dict:
+    def train_phase(
+        self, epoch: int, rollout: Rollout, advantages: torch.Tensor, lam_sup: float = 0.0, lam_pg: float = 1.0
+    ) -> dict:
         """train.num_inner_epochs passes over this process's samples in shuffled minibatches; the updater of
         train.objective (updates.py) back-propagates each minibatch; an optimizer step every
         train.gradient_accumulation_steps minibatches; stop early when the mean approx-KL to the sampling
@@ -418,6 +446,7 @@ class Trainer:
         self.guard.start_epoch()
         self.grad_clipped = 0
         self.update.prepare(epoch, rollout, advantages)
+        self.update.pg_weight = lam_pg
         # eval mode for the transition objective: the recomputed log-probs must be the sampler's (no dropout)
         self.model.train(t.objective != "grpo")
         for inner in range(t.num_inner_epochs):
@@ -434,6 +463,9 @@ class Trainer:
                 idx = torch.arange(i * mb, (i + 1) * mb)
                 sync = (i + 1) % t.gradient_accumulation_steps == 0
                 first = inner == 0 and i == 0  # before any update: the on-policy check
+                if self.supervised is not None and lam_sup > 0:  # first: the objective's last backward syncs
+                    rows_mb = rows_of(shuffled.select(idx))
+                    self.supervised.backward(rows_mb, lam_sup=lam_sup, epoch=epoch, sync=False, stats=stats)
                 diff = self.update.minibatch(
                     shuffled.select(idx),
                     adv[idx.to(adv.device)],
@@ -472,6 +504,47 @@ class Trainer:
         out["train/grad_clipped"] = self.grad_clipped
         out["train/skipped_samples"] = self._reduce_sum(self.update.skipped)
         out["train/lr"] = self.optimizer.param_groups[0]["lr"]
+        out.update(self._supervised_metrics(stats))
+        return out
+
+    def supervised_phase(self, epoch: int, lam_sup: float) -> dict:
+        """An epoch of the supervised term alone (λ_pg = 0): the epoch's rows of this process, shuffled, in
+        minibatches of train.batch_size, train.num_inner_epochs passes, an optimizer step every
+        train.gradient_accumulation_steps minibatches. No sampling, rewards or advantages."""
+        cfg, t = self.config, self.config.train
+        rows, items = self.epoch_items(epoch)
+        mine = [rows[g] for g, _ in items]
+        stats, grad_norms = Stats(), []
+        self.guard.start_epoch()
+        self.model.train()
+        for inner in range(t.num_inner_epochs):
+            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, epoch, self.rank, inner, 3))
+            order = torch.randperm(len(mine), generator=gen).tolist()
+            for i in range(len(mine) // t.batch_size):
+                batch = [mine[j] for j in order[i * t.batch_size : (i + 1) * t.batch_size]]
+                sync = (i + 1) % t.gradient_accumulation_steps == 0
+                self.supervised.backward(batch, lam_sup=lam_sup, epoch=epoch, sync=sync, stats=stats)
+                if sync:
+                    grad_norms.append(self._optimizer_step(epoch))
+        self.model.eval()
+        out = {
+            "train/grad_norm": float(np.mean([g for g in grad_norms if np.isfinite(g)] or [np.nan])),
+            "train/skipped_steps": self.guard.skipped,
+            "train/lr": self.optimizer.param_groups[0]["lr"],
+        }
+        out.update(self._supervised_metrics(stats))
+        return out
+
+    def _supervised_metrics(self, stats: Stats) -> dict:
+        if self.supervised is None:
+            return {}
+        out = {
+            "train/sup_loss": self._reduce_mean(stats.mean("sup_loss")),
+            "train/sup_skipped": self._reduce_sum(self.supervised.skipped),
+        }
+        if self.config.train.consistency_weight > 0:
+            out["train/consistency_loss"] = self._reduce_mean(stats.mean("consistency_loss"))
+        self.supervised.skipped = 0
         return out
 
     def _optimizer_step(self, epoch: int) -> float:
@@ -526,11 +599,18 @@ class Trainer:
         metrics, epoch_times = {}, []
         for epoch in range(self.start_epoch, cfg.num_epochs):
             epoch_start = time.perf_counter()
-            rollout, per_reward, timing = self.sample_phase(epoch)
-            advantages, metrics = self.advantage_phase(epoch, per_reward)
-            start = time.perf_counter()
-            metrics.update(self.train_phase(epoch, rollout, advantages))
+            lam_sup, lam_pg = loss_weights(epoch, cfg) if self.supervised is not None else (0.0, 1.0)
+            if lam_pg > 0:
+                rollout, per_reward, timing = self.sample_phase(epoch)
+                advantages, metrics = self.advantage_phase(epoch, per_reward)
+                start = time.perf_counter()
+                metrics.update(self.train_phase(epoch, rollout, advantages, lam_sup=lam_sup, lam_pg=lam_pg))
+            else:  # the staged schedule's supervised-only epochs: no sampling
+                timing, start = {}, time.perf_counter()
+                metrics = self.supervised_phase(epoch, lam_sup)
             timing["train"] = time.perf_counter() - start
+            if self.supervised is not None:
+                metrics.update({"train/lambda_sup": lam_sup, "train/lambda_pg": lam_pg})
             if self.reference is not None:
                 self.reference.after_epoch(epoch)
             last = epoch == cfg.num_epochs - 1

@@ -95,6 +95,7 @@ class TransitionUpdate:
         t = ctx.config.train
         self.loss_fn, self.kl_fn = policy_loss("clipped"), kl_estimator(t.kl_estimator)
         self.skipped = 0
+        self.pg_weight = 1.0  # λ_pg of the supervised mixing schedule (supervised.py); 1 without it
 
     def prepare(self, epoch: int, rollout: Rollout, advantages: torch.Tensor) -> None:
         self.skipped = 0
@@ -123,6 +124,7 @@ class TransitionUpdate:
                 constant=constant,
                 num_valid=int(batch.train_mask.sum()),
             )
+            * self.pg_weight
             / t.gradient_accumulation_steps
         )
         kept, skipped = _kept(adv, self.name, t.beta)
@@ -183,6 +185,7 @@ class ForwardUpdate:
         self.name = t.objective
         self.objective = forward_objective(t.objective)
         self.skipped = 0
+        self.pg_weight = 1.0  # λ_pg of the supervised mixing schedule (supervised.py); 1 without it
 
     def prepare(self, epoch: int, rollout: Rollout, advantages: torch.Tensor) -> None:
         """Noise levels and noise seeds of every sample, the sampling policy's weights, the RWR weights."""
@@ -224,8 +227,8 @@ class ForwardUpdate:
         ``train/logp_mismatch`` is about stored transitions, which these objectives do not use)."""
         ctx, t = self.ctx, self.ctx.config.train
         k_levels = t.forward_timesteps
-        weight = aggregation_weight("mean", num_samples=len(batch), num_transitions=k_levels) / (
-            t.gradient_accumulation_steps
+        weight = aggregation_weight("mean", num_samples=len(batch), num_transitions=k_levels) * (
+            self.pg_weight / t.gradient_accumulation_steps
         )
         kept, skipped = _kept(adv, self.name, t.beta)
         self.skipped += skipped

@@ -29,6 +29,7 @@ from pathlib import Path
 ADAPTERS = {
     "StableDiffusionPipeline": "ddpo_grpo.policies.sd:SDPolicy",
     "StableDiffusion3Pipeline": "ddpo_grpo.policies.sd3:SD3Policy",
+    "StableDiffusionInstructPix2PixPipeline": "ddpo_grpo.policies.ip2p:IP2PPolicy",
     "DenoiserPipeline": "ddpo_grpo.policies.denoiser:DenoiserPolicy",
 }
 

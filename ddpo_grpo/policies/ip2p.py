@@ -1,0 +1,214 @@
+"""Adapter for `StableDiffusionInstructPix2PixPipeline`: a UNet conditioned on a source image and an instruction.
+
+InstructPix2Pix (Brooks et al. 2023) is SD's UNet with the source image's VAE latent concatenated to the
+noisy latent on channels (in_channels = 2 × latent channels). Everything else is `SDPolicy`'s: the DDIM
+kernel on the checkpoint's noise schedule (`sde.ddim_step`), DDPM noising for `forward_process`, decoding.
+
+Conditioning (`encode_rows`, once per sample; the rollout stores it with the sample):
+    embeds / neg_embeds   [B, L, D]  the instruction and the negative prompt, as the pipeline encodes them
+    image_latents         [B, 4, h, w]  E(source) = vae.encode(2·source − 1).latent_dist.mode(), UNSCALED,
+                                        exactly as the pipeline's `prepare_image_latents` (no scaling_factor)
+    image_guidance_scale  [B]  s_I the sample was drawn with (re-scoring uses the stored value)
+The source image is each row's `source_image` field: a path (relative to `source_root`, default the working
+directory), a (3, H, W) array / tensor / nested list (uint8 levels or floats in [0, 1]) or a PIL image, read by
+`reward_models.similarity.load_image` as the `psnr` / `ssim` rewards read `ground_truth`; resized (bicubic,
+antialiased) to the policy's resolution when its size differs.
+
+Guidance, as the pipeline computes it (three branches in one batch of 3B, in its order: full condition
+(c_T, c_I), image only (∅_T, c_I), none (∅_T, ∅_I = zero latent)):
+    ε̃ = ε(∅_T, ∅_I) + s_T·(ε(c_T, c_I) − ε(∅_T, c_I)) + s_I·(ε(∅_T, c_I) − ε(∅_T, ∅_I))
+with s_T = `sample.guidance_scale` and s_I = `sample.image_guidance_scale` (≥ 1). Like the pipeline, it runs
+the full-condition branch alone when s_T ≤ 1.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from ddpo_grpo.policies.sd import SDPolicy
+
+#: row field holding the condition image
+SOURCE_KEY = "source_image"
+#: the pipeline's default image guidance scale
+DEFAULT_IMAGE_GUIDANCE = 1.5
+
+
+class SupervisedBatch(NamedTuple):
+    """The inputs of a supervised step on (source, instruction, ground truth) rows.
+
+    cond: the condition of the rows that have a ground truth (`encode_rows`); x0: [N, 4, h, w] their scaled
+    ground-truth latents; index: [N] their positions among the rows; skipped: rows without a ground truth.
+    """
+
+    cond: dict
+    x0: torch.Tensor
+    index: torch.Tensor
+    skipped: int
+
+
+def check_image_guidance(value: float) -> float:
+    """`value` as a float, ValueError naming `sample.image_guidance_scale` unless it is a number ≥ 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
+        raise ValueError(
+            f"sample.image_guidance_scale={value!r} must be a number ≥ 1 (1 = no image guidance; the "
+            f"pipeline's default is {DEFAULT_IMAGE_GUIDANCE})"
+        )
+    return float(value)
+
+
+class IP2PPolicy(SDPolicy):
+    #: the rollout hands this family its rows (`encode_rows`), not only their prompts
+    image_conditioned = True
+
+    def __init__(
+        self,
+        pipeline,
+        *,
+        image_guidance_scale: float = DEFAULT_IMAGE_GUIDANCE,
+        source_root: str | None = None,
+        **kwargs,
+    ):
+        super().__init__(pipeline, **kwargs)
+        self.image_guidance_scale = check_image_guidance(image_guidance_scale)
+        self.source_root = source_root
+        latent, given = pipeline.vae.config.latent_channels, self.denoiser.config.in_channels
+        if given != 2 * latent:
+            raise ValueError(
+                f"{type(pipeline).__name__}: its UNet takes {given} input channels; InstructPix2Pix needs "
+                f"2 × {latent} (the noisy latent and the source image's latent)"
+            )
+
+    def latent_shape(self) -> tuple[int, ...]:
+        """(C, h, w) of the generated latent: the VAE's channels (the UNet's input also holds the source's)."""
+        side = self.resolution // self.vae_scale_factor
+        return (self.pipeline.vae.config.latent_channels, side, side)
+
+    # ---- conditioning -----------------------------------------------------------------------------
+    def encode_prompts(self, prompts, negative_prompt=""):
+        """Instruction and negative-prompt embeddings [B, L, D] each, by the pipeline's own `_encode_prompt`."""
+        prompts = list(prompts)
+        negative = [negative_prompt] * len(prompts)
+        both = self.pipeline._encode_prompt(prompts, self.device, 1, True, negative_prompt=negative)
+        embeds, neg_embeds, _ = both.chunk(3)  # the pipeline's order: [prompt, negative, negative]
+        return {"embeds": embeds, "neg_embeds": neg_embeds}
+
+    def source_images(self, rows: list[dict]) -> torch.Tensor:
+        """The rows' `source_image` fields as float [B, 3, H, W] in [0, 1] at the policy's resolution."""
+        from reward_models.similarity import load_image
+
+        images = []
+        for i, row in enumerate(rows):
+            if row.get(SOURCE_KEY) is None:
+                raise ValueError(
+                    f"row {i} (prompt {row.get('prompt')!r}) has no {SOURCE_KEY!r}: an InstructPix2Pix "
+                    f"model edits a source image; give every row one (an image path, a (3, H, W) array "
+                    f"or nested list)"
+                )
+            image = load_image(row[SOURCE_KEY], root=self.source_root, index=i, key=SOURCE_KEY)
+            if image.shape[-2:] != (self.resolution, self.resolution):
+                image = F.interpolate(
+                    image[None], size=(self.resolution,) * 2, mode="bicubic", align_corners=False, antialias=True
+                )[0]
+            images.append(image.clamp(0.0, 1.0))
+        return torch.stack(images)
+
+    @torch.no_grad()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """Source images [B, 3, H, W] in [0, 1] -> the pipeline's image latents: E(2x − 1).mode(), unscaled."""
+        vae = self.pipeline.vae
+        x = (2.0 * images - 1.0).to(device=self.device, dtype=vae.dtype)
+        return vae.encode(x).latent_dist.mode()  # [B, 4, h, w]
+
+    def encode_rows(self, rows: list[dict], negative_prompt: str = "") -> dict[str, torch.Tensor]:
+        """The condition of dataset rows: their instructions, their source images' latents, s_I (module docstring)."""
+        cond = self.encode_prompts([r["prompt"] for r in rows], negative_prompt)
+        cond["image_latents"] = self.encode_images(self.source_images(rows)).to(cond["embeds"].dtype)
+        cond["image_guidance_scale"] = torch.full((len(rows),), self.image_guidance_scale, device=self.device)
+        return cond
+
+    # ---- denoiser -------------------------------------------------------------------------------
+    def forward(self, model, latents, timesteps, cond):
+        x = torch.cat([latents, cond["image_latents"].to(latents.dtype)], dim=1)  # [B, 2C, h, w]
+        return model(x, timesteps, encoder_hidden_states=cond["embeds"], return_dict=False)[0]
+
+    def predict(self, model, latents, timesteps, cond, guidance_scale: float, detach_uncond: bool = False):
+        """The pipeline's dual guidance (module docstring).
+
+        `detach_uncond` stops the gradient through the image-only and unconditional branches (the value is
+        unchanged). latents: [B, C, h, w]; timesteps: [B]; cond: from `encode_rows` -> [B, C, h, w]
+        """
+        if "image_latents" not in cond:
+            raise ValueError(
+                f"{type(self).__name__}: the condition has no 'image_latents'; build it from dataset "
+                "rows with encode_rows(rows) (rows with a 'source_image'), not encode_prompts(prompts)"
+            )
+        image = cond["image_latents"]
+        if guidance_scale <= 1.0:
+            return self.forward(model, latents, timesteps, {"embeds": cond["embeds"], "image_latents": image})
+        three = {
+            "embeds": torch.cat([cond["embeds"], cond["neg_embeds"], cond["neg_embeds"]]),  # [3B, L, D]
+            "image_latents": torch.cat([image, image, torch.zeros_like(image)]),  # [3B, C, h, w]
+        }
+        out = self.forward(model, torch.cat([latents] * 3), torch.cat([timesteps] * 3), three)
+        full, image_only, uncond = out.chunk(3)  # [B, C, h, w] each
+        if detach_uncond:
+            image_only, uncond = image_only.detach(), uncond.detach()
+        scale = cond.get("image_guidance_scale")
+        s_img = self.image_guidance_scale if scale is None else scale.to(full.dtype).view(-1, *[1] * (full.ndim - 1))
+        return uncond + guidance_scale * (full - image_only) + s_img * (image_only - uncond)
+
+    # ---- supervised steps ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def target_latents(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Clean images [N, 3, H, W] in [0, 1] -> x0 = scaling_factor · (posterior sample of E(2x − 1)) [N, 4, h, w]."""
+        vae = self.pipeline.vae
+        x = (2.0 * images - 1.0).to(device=self.device, dtype=vae.dtype)
+        return vae.encode(x).latent_dist.sample(generator=generator) * vae.config.scaling_factor
+
+    def supervised_batch(
+        self,
+        rows: list[dict],
+        *,
+        key: str = "ground_truth",
+        negative_prompt: str = "",
+        generator: torch.Generator | None = None,
+    ) -> SupervisedBatch:
+        """(cond, x0, index, skipped) of the rows with a `key` image (rows without one are skipped and counted).
+
+        With `forward_process`: ``t, noised = policy.forward_process(b.x0, u, noise)``, then
+        ``pred = policy.predict(model, noised.x_t, t, b.cond, 1.0)`` regresses ``noised.target``.
+        """
+        from reward_models.similarity import load_image
+
+        kept = [i for i, r in enumerate(rows) if r.get(key) is not None]
+        index = torch.as_tensor(kept, dtype=torch.long)
+        if not kept:
+            side = self.latent_shape()
+            return SupervisedBatch({}, torch.zeros((0, *side), device=self.device), index, len(rows))
+        truths = []
+        for i in kept:
+            image = load_image(rows[i][key], root=self.source_root, index=i, key=key)
+            if image.shape[-2:] != (self.resolution, self.resolution):
+                image = F.interpolate(
+                    image[None], size=(self.resolution,) * 2, mode="bicubic", align_corners=False, antialias=True
+                )[0]
+            truths.append(image.clamp(0.0, 1.0))
+        with torch.no_grad():
+            cond = self.encode_rows([rows[i] for i in kept], negative_prompt)
+        x0 = self.target_latents(torch.stack(truths), generator)
+        return SupervisedBatch(cond, x0, index, len(rows) - len(kept))
+
+    def predicted_x0(self, model_output: torch.Tensor, latents: torch.Tensor, timesteps: torch.Tensor):
+        """x̂0 [B, C, h, w] of a denoiser output at (x_t, t) (ε / v / x0 prediction); differentiable.
+
+        For a consistency term decode it: ``policy.decode(policy.predicted_x0(out, x_t, t))`` -> images [B, 3, H, W].
+        """
+        from ddpo_grpo.sde import _DDIM_PREDICTIONS  # the kernel's own parametrisations
+
+        alphas = self.scheduler.alphas_cumprod.to(latents.device)
+        a_t = alphas[timesteps.long()].to(torch.float32).view(-1, *[1] * (latents.ndim - 1))
+        x0, _ = _DDIM_PREDICTIONS[self.prediction_type](latents.float(), model_output.float(), a_t)
+        return x0
