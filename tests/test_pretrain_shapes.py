@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint
+from ddpo_grpo.pretraining import FINAL_EVAL, LOG_FILE
 from ddpo_grpo.weights import EMA
 from worlds.shapes.grammar import all_prompts
 from worlds.shapes.pretrain import start
 from worlds.shapes.pretrain.data import near_miss, scene_specs
-from worlds.shapes.pretrain.loop import FINAL_EVAL, LOG_FILE
 from worlds.shapes.pretrain.sd import SDConfig, SDRecipe, encode_prompts
 from worlds.shapes.pretrain.sd3 import SD3Config, SD3Recipe, set_null_token_processor, with_null_token
 from worlds.shapes.pretrain.tokenizer import build_word_tokenizer, grammar_words

@@ -1,12 +1,12 @@
-"""Pretraining of the ShapesWorld base models: one loop, one recipe per architecture.
+"""Pretraining of the ShapesWorld base models: recipes on the core's loop (:mod:`ddpo_grpo.pretraining`).
 
-* :mod:`.loop` — the loop (stages, optimizer and LR schedule, clipping, EMA, logging, evaluation,
-  checkpoints and exact resume, export); :class:`~.loop.Recipe` is what an architecture supplies;
+* :mod:`.base` — :class:`~.base.ShapesRecipe`, what every ShapesWorld recipe gives the loop: the
+  training data and the held-out evaluation (test split, strict ``shapes`` reward, per task);
 * :mod:`.data` — train-split rows, renders, caption noise and the training randomness;
-* :mod:`.config` — the shared config fields and the ``--resume`` rules;
+* :mod:`.config` — :class:`~.config.ShapesConfig`, the data fields added to the core's config;
 * :mod:`.sd3` — ``StableDiffusion3Pipeline`` from scratch (VAE stage, then rectified flow);
 * :mod:`.sd` — ``StableDiffusionPipeline`` (UNet + DDIM) on an SD3 model's VAE and text encoder;
-* :mod:`.tokenizer` — the word-level CLIP tokenizer.
+* :mod:`.tokenizer` — the word-level CLIP tokenizer of the grammar's words.
 
 Entry point: ``scripts/pretrain_shapes.py --arch sd3|sd``.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 
-from worlds.shapes.pretrain.config import PretrainConfig, ResumeError
-from worlds.shapes.pretrain.loop import Pretrainer, Recipe, Stage, run, start
+from ddpo_grpo.pretraining import PretrainConfig, Pretrainer, Recipe, ResumeError, Stage, run, start
+from worlds.shapes.pretrain.config import ShapesConfig
 
 #: --arch -> the module whose ``RECIPE`` it is (imported on demand)
 ARCHS = {"sd3": "worlds.shapes.pretrain.sd3", "sd": "worlds.shapes.pretrain.sd"}
@@ -28,4 +28,5 @@ def recipe(arch: str) -> type[Recipe]:
     return importlib.import_module(ARCHS[arch]).RECIPE
 
 
-__all__ = ["ARCHS", "PretrainConfig", "Pretrainer", "Recipe", "ResumeError", "Stage", "recipe", "run", "start"]
+__all__ = ["ARCHS", "PretrainConfig", "Pretrainer", "Recipe", "ResumeError", "ShapesConfig", "Stage", "recipe", "run",
+           "start"]

@@ -89,17 +89,18 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from ddpo_grpo.pretraining import Stage
 from worlds.shapes import SHAPES_SD3
-from worlds.shapes.pretrain.config import PretrainConfig
+from worlds.shapes.pretrain.base import ShapesRecipe
+from worlds.shapes.pretrain.config import ShapesConfig
 from worlds.shapes.pretrain.data import TrainingData
-from worlds.shapes.pretrain.loop import Recipe, Stage
 from worlds.shapes.world import CANVAS
 
 PREDICTION_TYPES = ("epsilon", "v_prediction")
 
 
 @dataclass
-class SDConfig(PretrainConfig):
+class SDConfig(ShapesConfig):
     """Every setting of an SD-architecture pretraining run (saved in each checkpoint; ``--resume`` reuses it)."""
 
     base: str = SHAPES_SD3  # StableDiffusion3Pipeline dir whose vae/, tokenizer/ and text_encoder/ are reused
@@ -122,8 +123,8 @@ class SDConfig(PretrainConfig):
     steps: int = 7000  # ≈ 40 min on one CPU thread (3.15 steps/s with another job on the second core)
     eval_every: int = 1000
 
-    RESUME_MUTABLE: ClassVar[tuple[str, ...]] = ("steps", *PretrainConfig.RESUME_MUTABLE)
-    TINY: ClassVar[dict] = dict(PretrainConfig.TINY, unet_channels=(8, 16), unet_attention=(0, 1), unet_heads=2,
+    RESUME_MUTABLE: ClassVar[tuple[str, ...]] = ("steps", *ShapesConfig.RESUME_MUTABLE)
+    TINY: ClassVar[dict] = dict(ShapesConfig.TINY, unet_channels=(8, 16), unet_attention=(0, 1), unet_heads=2,
                                 unet_norm_groups=4, steps=3)
 
     def validate(self) -> None:
@@ -180,7 +181,7 @@ def encode_prompts(prompts: Sequence[str], tokenizer, text_encoder) -> torch.Ten
     return text_encoder(ids)[0]  # [B, L, H]
 
 
-class SDRecipe(Recipe):
+class SDRecipe(ShapesRecipe):
     """UNet (+ text encoder) by DDPM on the base's frozen VAE (module docstring)."""
 
     config_class = SDConfig

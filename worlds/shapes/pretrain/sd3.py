@@ -1,7 +1,8 @@
 """Recipe: a small ShapesWorld text-to-image model in the SD3 architecture, from scratch, on CPU.
 
 The result is a plain diffusers ``StableDiffusion3Pipeline`` directory (two CLIP text encoders, no T5)
-that later RL (GRPO) fine-tunes; the loop, data, checkpoints and evaluation are :mod:`.loop`'s.
+that later RL (GRPO) fine-tunes; the loop, checkpoints and evaluation are the core's
+(:mod:`ddpo_grpo.pretraining`), the data and the held-out evaluation :mod:`.base`'s.
 
 Stages
 ------
@@ -59,15 +60,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from worlds.shapes.pretrain.config import PretrainConfig
+from ddpo_grpo.pretraining import Stage
+from worlds.shapes.pretrain.base import ShapesRecipe
+from worlds.shapes.pretrain.config import ShapesConfig
 from worlds.shapes.pretrain.data import TrainingData
-from worlds.shapes.pretrain.loop import Recipe, Stage
 from worlds.shapes.pretrain.tokenizer import build_word_tokenizer
 from worlds.shapes.world import CANVAS
 
 
 @dataclass
-class SD3Config(PretrainConfig):
+class SD3Config(ShapesConfig):
     """Every setting of an SD3 pretraining run (saved in each checkpoint; ``--resume`` reuses it)."""
 
     # ---- stage 1: VAE ----
@@ -100,9 +102,9 @@ class SD3Config(PretrainConfig):
     scheduler_shift: float = 1.0
     eval_max_sequence_length: int = 77  # "T5" zero tokens the evaluation's prompt encoding appends
 
-    RESUME_MUTABLE: ClassVar[tuple[str, ...]] = ("flow_steps", *PretrainConfig.RESUME_MUTABLE)
+    RESUME_MUTABLE: ClassVar[tuple[str, ...]] = ("flow_steps", *ShapesConfig.RESUME_MUTABLE)
     TINY: ClassVar[dict] = dict(
-        PretrainConfig.TINY, vae_channels=(8, 8, 8), vae_steps=2, vae_batch_size=2, text_hidden=16, text_layers=2,
+        ShapesConfig.TINY, vae_channels=(8, 8, 8), vae_steps=2, vae_batch_size=2, text_hidden=16, text_layers=2,
         text_heads=2, text_ff=32, text_proj=16, tf_layers=1, tf_heads=2, tf_head_dim=8, flow_steps=3,
         eval_max_sequence_length=8)
 
@@ -194,7 +196,7 @@ def encode_prompts(prompts: Sequence[str], tokenizer, text_encoder, text_encoder
     return torch.cat(embeds, -1), torch.cat(pooled, -1)
 
 
-class SD3Recipe(Recipe):
+class SD3Recipe(ShapesRecipe):
     """VAE stage, then text encoders + transformer by rectified flow (module docstring)."""
 
     config_class = SD3Config
@@ -318,7 +320,7 @@ class SD3Recipe(Recipe):
         return pipe
 
     def policy_options(self) -> dict:
-        return {"max_sequence_length": self.cfg.eval_max_sequence_length}
+        return {**super().policy_options(), "max_sequence_length": self.cfg.eval_max_sequence_length}
 
 
 RECIPE = SD3Recipe

@@ -1,11 +1,12 @@
-"""The pretraining loop every architecture shares; a :class:`Recipe` supplies models, stages, losses, pipeline.
+"""The pretraining loop every recipe shares; a :class:`Recipe` supplies models, stages, losses, data, evaluation.
 
-A run is a sequence of stages (SD3: the VAE, then the flow model; SD: one DDPM stage), each with its
-own AdamW optimizer (betas 0.9, 0.99). Step ``n`` (0-based) of a stage of ``N`` steps:
+A run is a sequence of stages (e.g. a VAE, then a denoiser), each with its own AdamW optimizer
+(betas 0.9, 0.99). Step ``n`` (0-based) of a stage of ``N`` steps:
 
 1. ``lr_n``: linear warm-up, then cosine down to ``min_lr_ratio · lr`` at ``n = N`` (:func:`lr_at`),
    times the optimizer group's lr scale;
-2. ``losses = recipe.loss(stage, data)``: the recipe draws its batch from ``data`` (:mod:`.data`);
+2. ``losses = recipe.loss(stage, data)``: the recipe draws its batch from ``data`` (its
+   :class:`TrainingData`, made once by ``recipe.make_data()``);
 3. backward of ``losses["loss"]``, the stage's gradients clipped to global norm ``grad_clip``, AdamW step;
 4. in stages with ``ema``: ``θ_ema ← d·θ_ema + (1 − d)·θ`` for every module of ``recipe.ema_modules``,
    ``d = min(ema_decay, (1 + n)/(10 + n))`` (:class:`ddpo_grpo.weights.EMA` with warm-up), so the
@@ -14,16 +15,17 @@ own AdamW optimizer (betas 0.9, 0.99). Step ``n`` (0-based) of a stage of ``N`` 
 Logs (mean losses, grad norm, lr, speed; latent statistics; evaluations) go to
 ``<out>/pretrain_log.jsonl``. Every ``eval_every`` steps of an ``evaluate`` stage, and at the end,
 :meth:`Pretrainer.evaluate` scores the EMA pipeline with the library's deterministic evaluation
-(:func:`ddpo_grpo.evaluation.evaluate`). It forks torch's global RNG and draws nothing from the
-training generators, so the training trajectory does not depend on whether or how often it runs.
+(:func:`ddpo_grpo.evaluation.evaluate`) on the recipe's held-out rows (``eval_rows()``), with its
+reward (``eval_reward()``), grouped by ``eval_group_by``. It forks torch's global RNG and draws
+nothing from the training generators, so the training trajectory does not depend on whether or how
+often it runs.
 
 Checkpoints (``<out>/checkpoints/epoch_<global step>``) every ``ckpt_every`` steps and at the end of
 each stage hold every recipe model, the EMA of each ``ema_modules`` entry (``ema_<name>``: its trained
-parameters), the optimizer (none at the end of a stage: the next one starts its own), the data and
-noise RNG states, the latent statistics and the config: ``--resume`` continues bit-exactly (same
-thread count). Checkpoints of commit ee0f2bd's two pretrainers resume too (their EMA files also hold
-the modules' buffers, which are ignored; the SD3 one names its latent statistics ``vae_stats``).
-Finally the EMA pipeline is saved to ``<out>/final``, loaded back and evaluated into ``final_eval.json``.
+parameters), the optimizer (none at the end of a stage: the next one starts its own), the data's state
+(``data.state_dict()``: its RNG states), the latent statistics and the config: ``--resume`` continues
+bit-exactly (same thread count). Finally the EMA pipeline is saved to ``<out>/final``, loaded back and
+evaluated into ``final_eval.json``.
 """
 from __future__ import annotations
 
@@ -34,23 +36,20 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
 from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from ddpo_grpo.logging_utils import atomic_write, save_grid
+from ddpo_grpo.pretraining.config import PretrainConfig, ResumeError, resumed_config
 from ddpo_grpo.weights import EMA, trainable_parameters
-from worlds.shapes.grammar import load_split
-from worlds.shapes.pretrain.config import PretrainConfig, ResumeError, resumed_config
-from worlds.shapes.pretrain.data import TrainingData
-from worlds.shapes.world import CANVAS
 
 LOG_FILE = "pretrain_log.jsonl"
 FINAL_DIR = "final"
 FINAL_EVAL = "final_eval.json"
 EVAL_SEED = 0  # initial-noise seeds of the evaluation: those of scripts/evaluate.py and sample.py --seed 0
-GRID_PER_TASK = 8  # samples per task (one row each) in an evaluation's grid
+GRID_PER_TASK = 8  # samples per group (one row each) in an evaluation's grid
 
 
 @dataclass(frozen=True)
@@ -76,28 +75,68 @@ class Stage:
         return tuple(name for names, _ in self.groups for name in names)
 
 
+class TrainingData(Protocol):
+    """What a recipe's data object offers the loop: its random state, saved in every checkpoint.
+
+    The recipe's ``loss`` draws batches from it however it likes; ``state_dict()`` must return JSON-able
+    values that ``load_state_dict`` restores exactly (e.g. numpy ``bit_generator.state``, a torch
+    generator's ``get_state().tolist()``), so that a resumed run draws the same batches.
+    """
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
 class Recipe:
-    """What an architecture supplies to the loop.
+    """What a model family and its world supply to the loop.
 
     A subclass sets ``config_class`` and, in ``__init__(cfg)``, the attributes below (every random
     initialisation of ``models`` after ``torch.manual_seed(cfg.seed)``), and implements:
 
+    * ``make_data() -> TrainingData``: the training data and its randomness (seeded from ``cfg.seed``);
     * ``loss(stage, data) -> {"loss": scalar to minimise, other scalars to log}``, one batch of ``stage``;
-    * ``measure_latents(data) -> stats``: the latent statistics of fresh renders, applied;
-    * ``set_latent_stats(stats)``: apply measured or checkpointed statistics (kept, written into the VAE config);
     * ``pipeline()``: the diffusers pipeline around the live modules (EMA weights while those are swapped in);
-    * ``policy_options()``: ``build_policy`` keyword arguments besides the resolution.
+    * ``eval_rows()`` / ``eval_reward()``: the held-out prompt rows and the reward (of the contract,
+      :mod:`reward_models.contract`) the evaluations score, grouped by ``eval_group_by``, headline metric
+      ``eval_metric`` (``eval/<group_by>_mean/<metric>``);
+    * ``policy_options()``: ``build_policy`` keyword arguments (image families: the resolution);
+    * with a ``needs_latents`` stage: ``measure_latents(data) -> stats`` (the latent statistics of fresh
+      data, applied) and ``set_latent_stats(stats)`` (apply measured or checkpointed statistics).
     """
 
     config_class: ClassVar[type[PretrainConfig]]
+    eval_group_by: ClassVar[str] = "task"
+    eval_metric: ClassVar[str] = "strict"
     cfg: PretrainConfig
     models: dict[str, torch.nn.Module]  # everything a checkpoint holds, one tensor file each
     ema_modules: tuple[str, ...]  # the models whose EMA is kept and exported
     stages: list[Stage]
     latent_stats: dict | None = None
 
+    def make_data(self) -> TrainingData:
+        raise NotImplementedError(f"{type(self).__name__} must implement make_data()")
+
+    def loss(self, stage: str, data: Any) -> dict[str, torch.Tensor]:
+        raise NotImplementedError(f"{type(self).__name__} must implement loss(stage, data)")
+
+    def pipeline(self):
+        raise NotImplementedError(f"{type(self).__name__} must implement pipeline()")
+
+    def eval_rows(self) -> list[dict]:
+        raise NotImplementedError(f"{type(self).__name__} must implement eval_rows()")
+
+    def eval_reward(self):
+        raise NotImplementedError(f"{type(self).__name__} must implement eval_reward()")
+
     def policy_options(self) -> dict:
         return {}
+
+    def measure_latents(self, data: Any) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} has a needs_latents stage: implement measure_latents()")
+
+    def set_latent_stats(self, stats: dict) -> None:
+        self.latent_stats = stats
 
 
 def lr_at(step: int, total: int, lr: float, warmup: int, min_ratio: float) -> float:
@@ -115,7 +154,7 @@ class Pretrainer:
         self.recipe, self.cfg, self.log = recipe, recipe.cfg, log
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.data = TrainingData(self.cfg.task_weights, self.cfg.seed)
+        self.data = recipe.make_data()
         self.ema = {k: EMA(trainable_parameters(recipe.models[k]), self.cfg.ema_decay, warmup=True)
                     for k in recipe.ema_modules}
         self.total = sum(s.steps for s in recipe.stages)
@@ -199,18 +238,18 @@ class Pretrainer:
                 + f"; now at global step {self.step}/{self.total}")
 
     def evaluate(self, per_task: int, tag: str, pipe=None) -> dict:
-        """Score ``per_task`` deterministic samples per task of ``pipe`` (default: the EMA pipeline).
+        """Score ``per_task`` deterministic samples per group of ``pipe`` (default: the EMA pipeline).
 
-        The library's evaluation: the flow ODE / DDIM η = 0 from per-sample seeds, ``eval_steps`` steps,
-        CFG ``eval_guidance``, test-split prompts, the strict ``shapes`` reward. Logs and returns one record
-        (``eval/strict``, ``eval/strict/<task>``, ``eval/task_mean/strict``, the same for ``partial``, ...)
-        and saves ``samples/<tag>.png`` (up to 8 samples per task, a row each).
+        The library's evaluation: noise-free sampling (flow ODE / DDIM η = 0 / the posterior-mean chain)
+        from per-sample seeds, ``eval_steps`` steps, CFG ``eval_guidance``, the recipe's held-out rows and
+        reward, groups ``eval_group_by``. Logs and returns one record (``eval/<metric>``,
+        ``eval/<metric>/<group>``, ``eval/<group_by>_mean/<metric>``, ...) and saves ``samples/<tag>.png``
+        (the policy's previews of up to 8 samples per group, a row each).
         """
         from ddpo_grpo.evaluation import evaluate
         from ddpo_grpo.policies import build_policy
-        from reward_models import load_reward
 
-        cfg, t0, models = self.cfg, time.time(), self.recipe.models
+        cfg, t0, models, recipe = self.cfg, time.time(), self.recipe.models, self.recipe
         with contextlib.ExitStack() as stack:
             stack.enter_context(torch.random.fork_rng(devices=[]))
             for m in models.values():
@@ -219,20 +258,24 @@ class Pretrainer:
             if pipe is None:
                 for ema in self.ema.values():
                     stack.enter_context(ema.applied())
-                pipe = self.recipe.pipeline()
-            policy = build_policy(pipe, resolution=CANVAS, **self.recipe.policy_options())
+                pipe = recipe.pipeline()
+            policy = build_policy(pipe, **recipe.policy_options())
             metrics, samples, captions = evaluate(
-                policy, load_split("test"), load_reward("shapes", score="strict"), num_steps=cfg.eval_steps,
-                guidance_scale=cfg.eval_guidance, per_group=per_task, group_by="task", seed=EVAL_SEED)
-        shown = min(per_task, GRID_PER_TASK)
-        keep = [g * per_task + j for g in range(len(samples) // per_task) for j in range(shown)]  # tasks in order
-        save_grid(samples[keep], [captions[i] for i in keep], str(self.out / "samples" / f"{tag}.png"), nrow=shown)
+                policy, recipe.eval_rows(), recipe.eval_reward(), num_steps=cfg.eval_steps,
+                guidance_scale=cfg.eval_guidance, per_group=per_task, group_by=recipe.eval_group_by, seed=EVAL_SEED)
+            shown = min(per_task, GRID_PER_TASK)
+            keep = [g * per_task + j for g in range(len(samples) // per_task) for j in range(shown)]  # groups in order
+            images = policy.preview(samples[keep])
+        save_grid(images, [captions[i] for i in keep], str(self.out / "samples" / f"{tag}.png"), nrow=shown)
         stage, local = self.locate()
         rec = {"global_step": self.step, "stage": stage.name, f"{stage.name}_step": local, "eval": tag, **metrics,
                "eval/seconds": round(time.time() - t0, 1)}
         self._write(rec)
-        tasks = " ".join(f"{k.rsplit('/', 1)[1]}={v:.2f}" for k, v in metrics.items() if k.startswith("eval/strict/"))
-        self.log(f"eval {tag}: strict {tasks} task_mean={metrics['eval/task_mean/strict']:.2f}")
+        metric, group_by = recipe.eval_metric, recipe.eval_group_by
+        groups = " ".join(f"{k.rsplit('/', 1)[1]}={v:.2f}" for k, v in metrics.items()
+                          if k.startswith(f"eval/{metric}/"))
+        headline = metrics.get(f"eval/{group_by}_mean/{metric}", metrics.get(f"eval/{metric}", math.nan))
+        self.log(f"eval {tag}: {metric} {groups} {group_by}_mean={headline:.2f}")
         return rec
 
     def finish(self) -> Path:
@@ -272,7 +315,7 @@ class Pretrainer:
             ema.load_state_dict(tensors[f"ema_{k}"])
         self.step = int(st["global_step"])
         self.data.load_state_dict(st)
-        stats = st.get("latent_stats") or st.get("vae_stats")  # vae_stats: SD3 checkpoints of commit ee0f2bd
+        stats = st.get("latent_stats") or st.get("vae_stats")  # vae_stats: ShapesWorld SD3 checkpoints of ee0f2bd
         if stats:
             self.recipe.set_latent_stats(stats)
         stage, _ = self.locate()
@@ -287,7 +330,7 @@ def start(recipe_cls: type[Recipe], cfg: PretrainConfig, out_dir, resume: bool =
     """A new run of ``recipe_cls(cfg)`` in ``out_dir``, or (``resume``) the run there, from its newest checkpoint.
 
     A resumed run keeps its saved config, where ``overrides`` may change the ``RESUME_MUTABLE``
-    fields (:func:`~worlds.shapes.pretrain.config.resumed_config`).
+    fields (:func:`~ddpo_grpo.pretraining.config.resumed_config`).
     """
     out = Path(out_dir)
     existing = list_checkpoints(out)

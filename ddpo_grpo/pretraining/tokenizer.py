@@ -1,0 +1,84 @@
+"""Word-level ``CLIPTokenizer``: one token per word of a small grammar, any other text by characters.
+
+:func:`build_word_tokenizer` is a ``CLIPTokenizer`` whose BPE merges were *learned* on the grammar's
+words (:func:`learn_bpe_merges`), so every word of the grammar is exactly one token, while any other
+text still tokenizes character by character (every printable character is in the vocabulary). One
+token per word makes the bindings of a compositional grammar (colour–shape, action–order) far easier
+for a small text encoder to learn than character sequences (:mod:`ddpo_grpo.tiny`), and keeps
+sequences short. The files live in a temporary directory; ``save_pretrained`` writes them with the
+pipeline.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import string
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def learn_bpe_merges(words: Sequence[str]) -> list[tuple[str, str]]:
+    """Learn BPE merges on ``words`` (each once) until every word is a single symbol.
+
+    Standard BPE training (most frequent adjacent pair first, ties broken by the pair itself), so
+    applying the merges by rank — what ``CLIPTokenizer`` does — reproduces the training segmentation:
+    each word becomes one token. Word-final characters carry CLIP's ``</w>`` marker.
+    """
+    segs = {w: tuple(w[:-1]) + (w[-1] + "</w>",) for w in words}
+    merges: list[tuple[str, str]] = []
+    while True:
+        counts: collections.Counter = collections.Counter()
+        for s in segs.values():
+            counts.update(zip(s, s[1:]))
+        if not counts:
+            return merges
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        merges.append(pair)
+        for w, s in segs.items():
+            out, i = [], 0
+            while i < len(s):
+                if i + 1 < len(s) and (s[i], s[i + 1]) == pair:
+                    out.append(s[i] + s[i + 1])
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            segs[w] = tuple(out)
+
+
+def check_words(words: Sequence[str]) -> list[str]:
+    """``words`` deduplicated in order; ValueError unless each is lowercase letters / digits / punctuation."""
+    allowed = set(string.ascii_lowercase + string.digits + string.punctuation)
+    out = list(dict.fromkeys(words))
+    bad = [w for w in out if not w or set(w) - allowed]
+    if bad:
+        raise ValueError(f"word tokenizer: words must be non-empty, lowercase ASCII letters, digits or punctuation, "
+                         f"without spaces; got {bad[:5]}")
+    return out
+
+
+def word_vocab_and_merges(words: Sequence[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Vocabulary (specials, every printable char alone and word-final, every merge result) and merges."""
+    merges = learn_bpe_merges(check_words(words))
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for ch in string.ascii_lowercase + string.digits + string.punctuation:
+        vocab.setdefault(ch, len(vocab))
+        vocab.setdefault(ch + "</w>", len(vocab))
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    return vocab, merges
+
+
+def build_word_tokenizer(words: Sequence[str], max_length: int):
+    """A ``CLIPTokenizer`` where each of ``words`` is one token; ``model_max_length = max_length`` (BOS/EOS incl.)."""
+    from transformers import CLIPTokenizer
+
+    if max_length < 3:
+        raise ValueError(f"word tokenizer: max_length={max_length} leaves no room for a word between BOS and EOS")
+    vocab, merges = word_vocab_and_merges(words)
+    with tempfile.TemporaryDirectory() as tmp:
+        vpath, mpath = Path(tmp) / "vocab.json", Path(tmp) / "merges.txt"
+        vpath.write_text(json.dumps(vocab))
+        mpath.write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+        return CLIPTokenizer(str(vpath), str(mpath), model_max_length=max_length)
