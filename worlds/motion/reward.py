@@ -20,6 +20,12 @@ feature frames of a padded sample); the sample is then cut to it.
 (:mod:`worlds.motion.physics`); ``info`` per sample: ``skate``, ``penetration``, ``max_penetration``,
 ``accel``, ``jerk``, ``bone_drift`` (NaN for an invalid sample, which scores 0), and their batch means
 ``motion_physics/<metric>``.
+
+``reward.fns = {"motion_matching": 1.0}`` (``kwargs``: ``{"dense": True}`` for the segment-dense variant):
+the cosine of the prompt's and the sample's embeddings under the shipped text–motion evaluator
+(:mod:`worlds.motion.evaluator`, the semantic reward MDM-style fine-tuning uses); off-grammar prompt ->
+NaN, invalid sample -> -1; ``info`` per sample: ``task``, ``cosine`` (and ``cosine_first`` /
+``cosine_second`` when dense). The evaluator is loaded (torch) when the reward is built, not on import.
 """
 from __future__ import annotations
 
@@ -166,4 +172,88 @@ def motion_physics(lambda_skate: float = LAMBDA_SKATE, lambda_jerk: float = LAMB
     return fn
 
 
-__all__ = ["MIN_FRAMES", "SCORES", "motion_judge", "motion_physics"]
+#: score of a non-finite or too-short sample under ``motion_matching`` (the lowest cosine)
+MATCHING_INVALID = -1.0
+
+
+@register("motion_matching")
+def motion_matching(dense: bool = False, model: str | None = None, device: str = "cpu"):
+    """Reward = cosine of the text and motion embeddings of the MotionWorld evaluator (TMR-style).
+
+    :mod:`worlds.motion.evaluator`; ``model`` = an evaluator folder (default: the shipped
+    ``models/evaluator``). ``dense=True`` scores an "A then B" prompt segment by segment: the first
+    ``n // 2`` frames against "a person A", the rest against "a person B", averaged (other prompts keep the
+    whole-clip cosine). A prompt outside the grammar scores NaN (``motion_matching/not_applicable``); a
+    non-finite sample or one shorter than 8 frames (or a half that short) scores -1
+    (``motion_matching/invalid``). ``info`` per sample: ``task``, ``cosine`` (whole clip), and with
+    ``dense`` ``cosine_first`` / ``cosine_second`` (NaN unless "then"); batch means
+    ``motion_matching/cosine[/<task>]`` (and ``motion_matching/dense`` with ``dense``).
+    """
+    if not isinstance(dense, bool):
+        raise ValueError(f"reward 'motion_matching': dense must be True or False, got {dense!r}")
+    from .evaluator import load_evaluator, segment_prompts
+    from .grammar import format_prompt, spec_of
+
+    evaluator = load_evaluator(model, device)
+
+    def fn(samples: Any, prompts: list[str], metadata: list[dict]):
+        batch = len(prompts)
+        feats = _as_list(samples, batch, "motion_matching")
+        scores = np.full(batch, np.nan, dtype=np.float32)
+        cosine = np.full(batch, np.nan, dtype=np.float32)
+        halves = np.full((batch, 2), np.nan, dtype=np.float32)
+        tasks = [""] * batch
+        jobs: list[tuple[int, int, np.ndarray, str]] = []  # (sample, part: 0 whole / 1 first / 2 second, x, text)
+        invalid = 0
+        for i in range(batch):
+            row = metadata[i] if metadata is not None and i < len(metadata) else None
+            try:
+                spec = spec_of(row) if isinstance(row, dict) and "actions" in row else spec_of(prompts[i])
+            except ValueError:
+                continue  # not a MotionWorld prompt: NaN
+            tasks[i] = spec.task
+            x = _crop(feats[i], row)
+            segments = segment_prompts(spec) if dense else None
+            h = len(x) // 2
+            if not _valid(x) or (segments is not None and h < MIN_FRAMES):
+                invalid += 1
+                scores[i] = MATCHING_INVALID
+                continue
+            jobs.append((i, 0, x, format_prompt(spec)))
+            if segments is not None:
+                jobs += [(i, 1, x[:h], segments[0]), (i, 2, x[h:], segments[1])]
+        if jobs:
+            m = evaluator.embed_motions([x.astype(np.float32) for _, _, x, _ in jobs])
+            t = evaluator.embed_texts([text for _, _, _, text in jobs])
+            cos = (m * t).sum(-1)
+            for (i, part, _, _), c in zip(jobs, cos):
+                if part == 0:
+                    cosine[i] = c
+                else:
+                    halves[i, part - 1] = c
+            for i, part, _, _ in jobs:
+                if part == 0:
+                    scores[i] = halves[i].mean() if dense and np.isfinite(halves[i]).all() else cosine[i]
+        applicable = np.array([bool(t) for t in tasks])
+        info: dict[str, Any] = {
+            "task": tasks,
+            "cosine": cosine.tolist(),
+            "motion_matching/not_applicable": float((~applicable).mean()) if batch else 0.0,
+            "motion_matching/invalid": float(invalid / batch) if batch else 0.0,
+        }
+        if dense:
+            info["cosine_first"], info["cosine_second"] = halves[:, 0].tolist(), halves[:, 1].tolist()
+        if np.isfinite(cosine).any():
+            info["motion_matching/cosine"] = float(np.nanmean(cosine))
+            for task in sorted({t for t in tasks if t}):
+                vals = cosine[np.array([t == task for t in tasks])]
+                if np.isfinite(vals).any():
+                    info[f"motion_matching/cosine/{task}"] = float(np.nanmean(vals))
+            if dense:
+                info["motion_matching/dense"] = float(np.nanmean(scores[np.isfinite(cosine)]))
+        return scores, info
+
+    return fn
+
+
+__all__ = ["MATCHING_INVALID", "MIN_FRAMES", "SCORES", "motion_judge", "motion_matching", "motion_physics"]
