@@ -2,14 +2,17 @@
 
 Usage:
   python scripts/evaluate.py --model DIR [--prompts shapes_test] [--reward shapes] [--out DIR] [options]
+  python scripts/evaluate.py --model worlds/motion/models/mdm --kernel ddim --num_steps 20 --guidance_scale 2.5 \
+      --per_group 100                                  # a motion pipeline: motion_test, motion_judge, physics
 
   --model     a diffusers pipeline directory, a hub id, or a training run's output (the run directory
               or its final/; a LoRA run is loaded as its base model plus the exported LoRA weights),
               exactly as scripts/sample.py takes it
-  --prompts   prompt rows: a prompt source name (default shapes_test, ShapesWorld's held-out split) or a
-              .txt / .json / .jsonl file
+  --prompts   prompt rows: a prompt source name (default shapes_test, ShapesWorld's held-out split; for a
+              motion pipeline motion_test, MotionWorld's) or a .txt / .json / .jsonl file
   --reward    the scoring reward, a registered name or path/to/file.py:fn (default shapes, the ShapesWorld
-              judge), with --reward_kwargs (a JSON object; default {"score": "strict"} for shapes)
+              judge; for a motion pipeline motion_judge, the MotionWorld judge), with --reward_kwargs (a JSON
+              object; default {"score": "strict"} for shapes and motion_judge)
   --group_by  the per-sample label of the per-group table: the reward's info[label] or the rows' field
               (default task); "" = no groups
   --out       output directory (default: <DIR>/eval when --model is a local directory, else ./eval):
@@ -23,6 +26,14 @@ Metrics (ddpo_grpo/evaluation.py): the reward's per-sample metrics (the judge's 
 over all applicable samples (eval/<m>), per group (eval/<m>/<group>, eval/num_samples/<group>), the
 unweighted mean over groups (eval/<group_by>_mean/<m>, GenEval's "overall"), eval/num_samples and
 eval/not_applicable. The per-group table is printed at the end.
+
+Motion pipelines (decoded samples [frames, 263], e.g. worlds/motion/models/mdm): the physics metrics of
+every sample are scored too (worlds/motion/evaluation.py: skate, penetration, max_penetration, accel,
+jerk, bone_drift and the motion_physics score as "physics", per group like the judge's), grid.png shows
+stick-figure filmstrips, and eval.json's "set_metrics" holds the text–motion evaluator's set-level numbers
+(R-precision, matching score, FID, diversity: worlds/motion/evaluator.py) when its weights are installed
+({} otherwise). Generic denoiser pipelines take --kernel: "ddim" (deterministic DDIM, what the motion
+recipes evaluate with) or "ddpm" (at noise level 0 the posterior-mean chain); "" = the scheduler's kind.
 
 Sampling is deterministic: noise_level 0 (the flow ODE / DDIM η=0) and the initial noise of sample k
 of prompt i drawn from a seed derived from (--seed, i, k) only, the same seeds as scripts/sample.py;
@@ -47,6 +58,18 @@ from ddpo_grpo.report import eval_table
 
 #: samples in grid.png, at most
 GRID_SAMPLES = 64
+#: --prompts / --reward when not given: image pipelines (ShapesWorld) and motion pipelines (MotionWorld)
+DEFAULTS = {"image": ("shapes_test", "shapes"), "motion": ("motion_test", "motion_judge")}
+#: rewards scored {"score": "strict"} unless --reward_kwargs says otherwise
+STRICT_BY_DEFAULT = ("shapes", "motion_judge")
+
+
+def pipeline_kind(pipeline) -> str:
+    """Return "motion" for a generic denoiser pipeline whose samples are [frames, 263] features, else "image"."""
+    from worlds.motion import FEATURE_DIM
+
+    shape = list(getattr(pipeline.config, "sample_shape", None) or [])
+    return "motion" if len(shape) == 2 and shape[-1] == FEATURE_DIM else "image"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,25 +78,57 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model", required=True, help="pipeline directory, hub id, or a run directory / its final/")
-    p.add_argument("--prompts", default="shapes_test", help="a prompt source name or a .txt / .json / .jsonl file")
-    p.add_argument("--reward", default="shapes", help="the scoring reward: a registered name or path/to/file.py:fn")
-    p.add_argument("--reward_kwargs", default=None,
-                   help='JSON object of the reward factory\'s keyword arguments (default: {"score": "strict"} for shapes)')
-    p.add_argument("--group_by", default="task", help="per-sample label of the per-group table (\"\" = none)")
-    p.add_argument("--out", default=None, help="output directory (default: <model>/eval for a local directory, else ./eval)")
+    p.add_argument(
+        "--prompts",
+        default=None,
+        help="a prompt source name or a .txt / .json / .jsonl file (default: shapes_test; motion_test "
+        "for a motion pipeline)",
+    )
+    p.add_argument(
+        "--reward",
+        default=None,
+        help="the scoring reward: a registered name or path/to/file.py:fn (default: shapes; motion_judge "
+        "for a motion pipeline)",
+    )
+    p.add_argument(
+        "--reward_kwargs",
+        default=None,
+        help='JSON object of the reward factory\'s keyword arguments (default: {"score": "strict"} for '
+        "shapes and motion_judge)",
+    )
+    p.add_argument("--group_by", default="task", help='per-sample label of the per-group table ("" = none)')
+    p.add_argument(
+        "--out", default=None, help="output directory (default: <model>/eval for a local directory, else ./eval)"
+    )
     p.add_argument("--num_steps", type=int, default=40, help="denoising steps")
     p.add_argument("--guidance_scale", type=float, default=4.5, help="classifier-free guidance weight (<= 1: off)")
     p.add_argument("--per_prompt", type=int, default=1, help="samples per prompt")
-    p.add_argument("--seed", type=int, default=0, help="base seed; image k of prompt i uses a seed derived from (seed, i, k)")
-    p.add_argument("--resolution", type=int, default=None,
-                   help="image side in pixels (default: the pipeline's native size); the judge resizes to 64")
+    p.add_argument(
+        "--seed", type=int, default=0, help="base seed; image k of prompt i uses a seed derived from (seed, i, k)"
+    )
+    p.add_argument(
+        "--resolution",
+        type=int,
+        default=None,
+        help="image side in pixels (default: the pipeline's native size); the judge resizes to 64",
+    )
     p.add_argument("--max_sequence_length", type=int, default=77, help="text tokens for encoders that take it (T5)")
     p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N prompts")
-    p.add_argument("--per_group", type=int, default=0,
-                   help="> 0: a balanced set of N samples per group (each group's prompts cycled, a new "
-                        "seed per pass) instead of every prompt × --per_prompt")
+    p.add_argument(
+        "--per_group",
+        type=int,
+        default=0,
+        help="> 0: a balanced set of N samples per group (each group's prompts cycled, a new "
+        "seed per pass) instead of every prompt × --per_prompt",
+    )
     p.add_argument("--batch_size", type=int, default=16, help="images per denoiser batch")
+    p.add_argument(
+        "--kernel",
+        default="",
+        choices=["", "ddpm", "ddim"],
+        help="generic denoiser pipelines: the transition kernel ('' = the scheduler's kind); others: ''",
+    )
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     return p
 
@@ -88,7 +143,7 @@ def _load_reward(args):
         raise UsageError(f"--reward_kwargs is not valid JSON: {exc}") from exc
     if not isinstance(kwargs, dict):
         raise UsageError(f"--reward_kwargs must be a JSON object, got {type(kwargs).__name__}")
-    if args.reward_kwargs is None and args.reward == "shapes":
+    if args.reward_kwargs is None and args.reward in STRICT_BY_DEFAULT:
         kwargs = {"score": "strict"}
     try:
         return load_reward(args.reward, **kwargs)
@@ -97,7 +152,7 @@ def _load_reward(args):
 
 
 def default_out(model: str) -> Path:
-    """`<model>/eval` when `model` is a local directory (a pipeline or a run), else `./eval`."""
+    """``<model>/eval`` when ``model`` is a local directory (a pipeline or a run), else ``./eval``."""
     path = Path(os.path.expanduser(model))
     return path / "eval" if path.is_dir() else Path("eval")
 
@@ -139,7 +194,7 @@ def _write_json(obj: dict, path: Path) -> None:
 
 
 def run(args) -> dict:
-    """Evaluate as `args` say, write eval.json and grid.png, print the table; return the eval.json object."""
+    """Evaluate as ``args`` say, write eval.json and grid.png, print the table; return the eval.json object."""
     import torch
 
     from ddpo_grpo.evaluation import evaluate
@@ -147,30 +202,66 @@ def run(args) -> dict:
     from ddpo_grpo.policies import build_policy
 
     _check_args(args)
-    reward = _load_reward(args)
-    rows = load_rows(args.prompts)
+    given = args.prompts is not None and args.reward is not None
+    if given:  # bad explicit inputs fail before the model loads
+        reward, rows = _load_reward(args), load_rows(args.prompts)
+    pipeline = load_model(args.model)
+    kind = pipeline_kind(pipeline)
+    args.prompts = args.prompts if args.prompts is not None else DEFAULTS[kind][0]
+    args.reward = args.reward if args.reward is not None else DEFAULTS[kind][1]
+    if not given:
+        reward, rows = _load_reward(args), load_rows(args.prompts)
     if args.limit is not None:
         rows = rows[: args.limit]
-    pipeline = load_model(args.model)
+    if kind == "motion":
+        from worlds.motion.evaluation import with_physics
+
+        reward = with_physics(reward)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     resolution = args.resolution or native_resolution(pipeline)
     try:
-        policy = build_policy(pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length)
+        policy = build_policy(
+            pipeline,
+            resolution=resolution,
+            max_sequence_length=args.max_sequence_length,
+            **({"kernel": args.kernel} if args.kernel else {}),
+        )
     except ValueError as exc:
-        raise UsageError(f"--resolution {resolution}: {exc}") from exc
+        flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"
+        raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
     out = Path(args.out) if args.out is not None else default_out(args.model)
 
     metrics, samples, captions = evaluate(
-        policy, rows, reward, num_steps=args.num_steps, guidance_scale=args.guidance_scale,
-        per_prompt=args.per_prompt, per_group=args.per_group, group_by=args.group_by, seed=args.seed,
-        batch_size=args.batch_size, negative_prompt=args.negative_prompt, max_samples=GRID_SAMPLES,
+        policy,
+        rows,
+        reward,
+        num_steps=args.num_steps,
+        guidance_scale=args.guidance_scale,
+        per_prompt=args.per_prompt,
+        per_group=args.per_group,
+        group_by=args.group_by,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        negative_prompt=args.negative_prompt,
+        max_samples=None if kind == "motion" else GRID_SAMPLES,
     )
+    set_metrics = {}
+    if kind == "motion":
+        from worlds.motion.evaluation import set_level_metrics
+
+        set_metrics = set_level_metrics(samples, captions)  # the evaluator's R-precision, FID, ... ({} without it)
+        samples, captions = samples[:GRID_SAMPLES], captions[:GRID_SAMPLES]
 
     out.mkdir(parents=True, exist_ok=True)
-    model_path = os.path.abspath(os.path.expanduser(args.model)) if os.path.exists(os.path.expanduser(args.model)) else args.model
+    model_path = (
+        os.path.abspath(os.path.expanduser(args.model))
+        if os.path.exists(os.path.expanduser(args.model))
+        else args.model
+    )
     result = {
         "metrics": metrics,
+        "set_metrics": set_metrics,
         "model": model_path,
         "pipeline_class": type(pipeline).__name__,
         "num_prompts": len(rows),
@@ -178,13 +269,20 @@ def run(args) -> dict:
         "args": {**vars(args), "out": str(out)},
     }
     _write_json(result, out / "eval.json")
-    nrow = args.per_prompt if 1 < args.per_prompt <= 16 else 8
+    nrow = args.per_prompt if 1 < args.per_prompt <= 16 else (4 if kind == "motion" else 8)
     save_grid(policy.preview(samples), captions, str(out / "grid.png"), nrow=nrow)
     print(eval_table(None, metrics, args.group_by))
+    if set_metrics:
+        print(
+            "set-level (text–motion evaluator): "
+            + "  ".join(f"{k.split('/', 1)[1]}={v:.3f}" for k, v in set_metrics.items() if k.count("/") == 1)
+        )
     print(f"wrote {out / 'eval.json'} and {out / 'grid.png'}", flush=True)
     if metrics["eval/num_samples"] and metrics["eval/not_applicable"] == metrics["eval/num_samples"]:
-        raise UsageError(f"--reward {args.reward!r} scored none of the {metrics['eval/num_samples']} samples (every score "
-                         f"NaN: not applicable): give --prompts it applies to, or another --reward")
+        raise UsageError(
+            f"--reward {args.reward!r} scored none of the {metrics['eval/num_samples']} samples (every score "
+            f"NaN: not applicable): give --prompts it applies to, or another --reward"
+        )
     return result
 
 

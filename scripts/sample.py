@@ -1,4 +1,4 @@
-"""Sample images from a pipeline or a finished run: one PNG per prompt (per image) and an index.jsonl.
+"""Sample from a pipeline or a finished run: one file (set) per prompt (per sample) and an index.jsonl.
 
 Usage:
   python scripts/sample.py --model DIR --prompts FILE --out DIR --seed N [options]
@@ -12,16 +12,25 @@ Usage:
              --images_per_prompt K > 1 files are 00000_0.png ... 00000_{K-1}.png and rows carry
              "index" (k); the other fields of a JSON prompt row are copied under "metadata".
 
+What is written depends on the kind of the decoded samples:
+  images [3, H, W]          <stem>.png (as above)
+  motions [frames, 263]     (MotionWorld pipelines, e.g. worlds/motion/models/mdm) <stem>.npy (float32
+                            [frames, 263], denormalised HumanML3D features), <stem>.gif (stick figure, 20 fps)
+                            and <stem>.png (filmstrip); the index row's "file" is the .npy, "gif" / "png" the
+                            drawings (none for a non-finite sample)
+  anything else             <stem>.npy (the decoded sample) and <stem>.png (the pipeline's preview)
+
 Examples:
   python scripts/sample.py --model logs/my_run --prompts simple --out samples/my_run --seed 0
   python scripts/sample.py --model stabilityai/stable-diffusion-3.5-medium --prompts prompts.txt \
       --out samples/base --seed 0 --resolution 512 --num_steps 40 --guidance_scale 4.5
 
-Sampling is exactly the policy's sampler (`ddpo_grpo.rollout.sample_rollout` on the model family's
-`Policy` adapter), so images match what training and its evaluation images see. The initial noise of
+Sampling is exactly the policy's sampler (``ddpo_grpo.rollout.sample_rollout`` on the model family's
+``Policy`` adapter), so images match what training and its evaluation images see. The initial noise of
 image k of prompt i is drawn from a seed derived from (--seed, i, k) only, so with the default
 --noise_level 0 (deterministic ODE / DDIM η=0) an image does not depend on --batch_size or on the
-other prompts. With --noise_level > 0 each step also draws noise from a generator seeded per batch,
+other prompts. Generic denoiser pipelines take --kernel ("ddim": deterministic DDIM at noise level 0, what
+the motion recipes evaluate with; "ddpm": at noise level 0 the posterior-mean chain; "" = the scheduler's kind). With --noise_level > 0 each step also draws noise from a generator seeded per batch,
 so stochastic samples are reproducible for a given (--seed, --batch_size) but change with the batching.
 """
 
@@ -40,21 +49,38 @@ from ddpo_grpo.seeding import derive_seed
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        description="Sample one PNG per prompt (and an index.jsonl) from a pipeline or a run's output.",
+        description="Sample one PNG (images) or .npy/.gif/.png (motions) per prompt, and an index.jsonl, from a "
+        "pipeline or a run's output.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model", required=True, help="pipeline directory, hub id, or a run directory / its final/")
     p.add_argument("--prompts", required=True, help=".txt / .json / .jsonl file or a built-in prompt list name")
     p.add_argument("--out", required=True, help="output directory (created if missing)")
-    p.add_argument("--seed", type=int, default=0, help="base seed; image k of prompt i uses a seed derived from (seed, i, k)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="base seed; image k of prompt i uses a seed derived from (seed, i, k)"
+    )
     p.add_argument("--num_steps", type=int, default=40, help="denoising steps")
     p.add_argument("--guidance_scale", type=float, default=4.5, help="classifier-free guidance weight (<= 1: off)")
-    p.add_argument("--resolution", type=int, default=None,
-                   help="image side in pixels (default: the pipeline's native size, denoiser sample_size x VAE factor)")
+    p.add_argument(
+        "--resolution",
+        type=int,
+        default=None,
+        help="image side in pixels (default: the pipeline's native size, denoiser sample_size x VAE factor)",
+    )
     p.add_argument("--max_sequence_length", type=int, default=77, help="text tokens for encoders that take it (T5)")
-    p.add_argument("--noise_level", type=float, default=0.0,
-                   help="kernel stochasticity: 0 = deterministic ODE / DDIM; > 0 samples with the policy's SDE (η for SD)")
+    p.add_argument(
+        "--noise_level",
+        type=float,
+        default=0.0,
+        help="kernel stochasticity: 0 = deterministic ODE / DDIM; > 0 samples with the policy's SDE (η for SD)",
+    )
     p.add_argument("--sde_type", default="flow_grpo", help="flow kernel used when --noise_level > 0 (flow models only)")
+    p.add_argument(
+        "--kernel",
+        default="",
+        choices=["", "ddpm", "ddim"],
+        help="generic denoiser pipelines: the transition kernel ('' = the scheduler's kind); others: ''",
+    )
     p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
     p.add_argument("--batch_size", type=int, default=8, help="images per denoiser batch")
     p.add_argument("--images_per_prompt", type=int, default=1, help="images per prompt")
@@ -86,8 +112,33 @@ def _save_png(image, path: Path) -> None:
     Image.fromarray(array).save(path)
 
 
+def _write_sample(sample, kind: str, out: Path, stem: str, title: str, policy) -> dict[str, str]:
+    """Write one decoded sample as its kind says (module docstring); return the index row's file fields."""
+    import numpy as np
+
+    if kind == "image":
+        _save_png(sample, out / f"{stem}.png")
+        return {"file": f"{stem}.png"}
+    if kind == "motion":
+        from worlds.motion.files import write_motion
+
+        return write_motion(sample, out, stem, title=title)
+    np.save(out / f"{stem}.npy", sample.detach().float().cpu().numpy())
+    _save_png(policy.preview(sample[None])[0], out / f"{stem}.png")
+    return {"file": f"{stem}.npy", "png": f"{stem}.png"}
+
+
+def sample_kind(samples) -> str:
+    """Return "image" ([B, 3, H, W]), "motion" ([B, frames, 263] HumanML3D features) or "array" (anything else)."""
+    from worlds.motion.files import is_motion
+
+    if samples.ndim == 4 and samples.shape[1] == 3:
+        return "image"
+    return "motion" if is_motion(samples) else "array"
+
+
 def sample(args) -> list[dict]:
-    """Write the images and index.jsonl described by `args`; return the index rows."""
+    """Write the samples and index.jsonl described by ``args``; return the index rows."""
     import torch
 
     from ddpo_grpo.policies import build_policy
@@ -100,10 +151,15 @@ def sample(args) -> list[dict]:
     resolution = args.resolution or native_resolution(pipeline)
     try:
         policy = build_policy(
-            pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length, sde_type=args.sde_type,
+            pipeline,
+            resolution=resolution,
+            max_sequence_length=args.max_sequence_length,
+            sde_type=args.sde_type,
+            **({"kernel": args.kernel} if args.kernel else {}),
         )
     except ValueError as exc:
-        raise UsageError(f"--resolution {resolution}: {exc}") from exc
+        flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"
+        raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
 
     out = Path(args.out)
@@ -117,14 +173,21 @@ def sample(args) -> list[dict]:
             seeds = [image_seed(args.seed, i, k) for i, k in batch]
             generator = torch.Generator(device).manual_seed(derive_seed(args.seed, 1, b, args.batch_size))
             rollout = sample_rollout(
-                policy, policy.denoiser, [rows[i] for i, _ in batch], seeds=seeds, num_steps=args.num_steps,
-                guidance_scale=args.guidance_scale, noise_level=args.noise_level, generator=generator,
+                policy,
+                policy.denoiser,
+                [rows[i] for i, _ in batch],
+                seeds=seeds,
+                num_steps=args.num_steps,
+                guidance_scale=args.guidance_scale,
+                noise_level=args.noise_level,
+                generator=generator,
                 negative_prompt=args.negative_prompt,
             )
-            for (i, k), seed, image in zip(batch, seeds, rollout.samples):
-                name = f"{i:05d}_{k}.png" if many else f"{i:05d}.png"
-                _save_png(image, out / name)
-                entry = {"prompt": rows[i]["prompt"], "file": name}
+            kind = sample_kind(rollout.samples)
+            for (i, k), seed, decoded in zip(batch, seeds, rollout.samples):
+                stem = f"{i:05d}_{k}" if many else f"{i:05d}"
+                files = _write_sample(decoded, kind, out, stem, rows[i]["prompt"], policy)
+                entry = {"prompt": rows[i]["prompt"], "file": files.pop("file"), **files}
                 if many:
                     entry["index"] = k
                 entry["seed"] = seed
@@ -134,7 +197,7 @@ def sample(args) -> list[dict]:
                 index.write(json.dumps(entry) + "\n")
                 index_rows.append(entry)
             index.flush()
-            print(f"{len(index_rows)}/{len(items)} images written to {out}", flush=True)
+            print(f"{len(index_rows)}/{len(items)} samples written to {out}", flush=True)
     return index_rows
 
 

@@ -5,6 +5,7 @@ exported DenoiserPipeline and its evaluation (strict judge and physics per test-
 pieces (LR schedule, recipe contract, evaluation leaving the training randomness alone); the word-level
 tokenizer; the recipe's text encoding equal to the pipeline's.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,10 +74,19 @@ def test_recipe_encodes_text_as_the_pipeline_does():
         assert torch.equal(ours, theirs["text_embeds"]) and (theirs["neg_text_embeds"] == 0).all()
 
 
-@pytest.mark.parametrize("bad, match", [({"frames": 8}, "frames"), ({"task_weights": (1.0,)}, "task_weights"),
-                                        ({"width": 18, "heads": 4}, "width"), ({"text_embedding": "cls"}, "text_embedding"),
-                                        ({"eval_kernel": "euler"}, "eval_kernel"), ({"max_length": 8}, "max_length"),
-                                        ({"cond_dropout": 1.0}, "cond_dropout"), ({"batch_size": 0}, "batch_size")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"frames": 8}, "frames"),
+        ({"task_weights": (1.0,)}, "task_weights"),
+        ({"width": 18, "heads": 4}, "width"),
+        ({"text_embedding": "cls"}, "text_embedding"),
+        ({"eval_kernel": "euler"}, "eval_kernel"),
+        ({"max_length": 8}, "max_length"),
+        ({"cond_dropout": 1.0}, "cond_dropout"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+)
 def test_config_fields_checked(bad, match):
     MotionConfig.tiny().validate()
     with pytest.raises(ValueError, match=match):
@@ -87,8 +97,9 @@ def test_evaluation_leaves_the_training_trajectory_alone(tmp_path):
     """Evaluating after every step (own RNG) gives the same weights as never evaluating."""
     weights = []
     for i, every in enumerate((1, 0)):
-        trainer = start(MDMRecipe, MotionConfig.tiny(eval_every=every, final_eval_per_task=0), tmp_path / str(i),
-                        log=lambda s: None)
+        trainer = start(
+            MDMRecipe, MotionConfig.tiny(eval_every=every, final_eval_per_task=0), tmp_path / str(i), log=lambda s: None
+        )
         trainer.train()
         weights.append({k: v.clone() for k, v in trainer.recipe.models["denoiser"].state_dict().items()})
     assert sum("eval" in r for r in _log(tmp_path / "0")) == 2 and not any("eval" in r for r in _log(tmp_path / "1"))
@@ -137,6 +148,10 @@ def test_tiny_motion_pretraining_resumes_exactly(tmp_path, capsys):
     pipe = load_pipeline(str(out / "final"))
     assert isinstance(pipe, DenoiserPipeline) and isinstance(pipe.denoiser, MotionDenoiser)
     assert isinstance(pipe.normalizer, MotionNormalizer) and list(pipe.config.sample_shape) == [16, 263]
-    motion = pipe("a person jumps twice then waves both hands", num_inference_steps=2, guidance_scale=2.5,
-                  generator=torch.Generator().manual_seed(0)).samples
+    motion = pipe(
+        "a person jumps twice then waves both hands",
+        num_inference_steps=2,
+        guidance_scale=2.5,
+        generator=torch.Generator().manual_seed(0),
+    ).samples
     assert motion.shape == (1, 16, 263) and torch.isfinite(motion).all()

@@ -42,7 +42,9 @@ def prompts_txt(tmp_path_factory):
 
 
 def _run(model, prompts, out, *extra, seed=0):
-    rc = sample_script.main(["--model", str(model), "--prompts", str(prompts), "--out", str(out), "--seed", str(seed), *FAST, *extra])
+    rc = sample_script.main(
+        ["--model", str(model), "--prompts", str(prompts), "--out", str(out), "--seed", str(seed), *FAST, *extra]
+    )
     assert rc == 0
     return [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
 
@@ -119,13 +121,18 @@ def test_lora_run_output_differs_from_base(models, prompts_txt, tmp_path):
 def test_jsonl_metadata_and_images_per_prompt(models, tmp_path):
     prompts = tmp_path / "rows.jsonl"
     prompts.write_text(
-        json.dumps({"prompt": "a red circle", "tag": "single", "count": 1}) + "\n" + json.dumps({"prompt": "a cat"}) + "\n"
+        json.dumps({"prompt": "a red circle", "tag": "single", "count": 1})
+        + "\n"
+        + json.dumps({"prompt": "a cat"})
+        + "\n"
     )
     out = tmp_path / "out"
     rows = _run(models["sd"], prompts, out, "--images_per_prompt", "2", "--batch_size", "3")
     assert [(r["prompt"], r["file"], r["index"]) for r in rows] == [
-        ("a red circle", "00000_0.png", 0), ("a red circle", "00000_1.png", 1),
-        ("a cat", "00001_0.png", 0), ("a cat", "00001_1.png", 1),
+        ("a red circle", "00000_0.png", 0),
+        ("a red circle", "00000_1.png", 1),
+        ("a cat", "00001_0.png", 0),
+        ("a cat", "00001_1.png", 1),
     ]
     assert rows[0]["metadata"] == rows[1]["metadata"] == {"tag": "single", "count": 1}
     assert "metadata" not in rows[2]
@@ -145,14 +152,18 @@ def test_stochastic_sampling_is_reproducible(models, prompts_txt, tmp_path):
 
 def test_clear_errors(models, prompts_txt, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        sample_script.main(["--model", str(tmp_path / "missing"), "--prompts", str(prompts_txt), "--out", str(tmp_path / "o")])
+        sample_script.main(
+            ["--model", str(tmp_path / "missing"), "--prompts", str(prompts_txt), "--out", str(tmp_path / "o")]
+        )
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--model" in err and "missing" in err
 
     (tmp_path / "not_a_model").mkdir()
     with pytest.raises(SystemExit):
-        sample_script.main(["--model", str(tmp_path / "not_a_model"), "--prompts", str(prompts_txt), "--out", str(tmp_path / "o")])
+        sample_script.main(
+            ["--model", str(tmp_path / "not_a_model"), "--prompts", str(prompts_txt), "--out", str(tmp_path / "o")]
+        )
     assert "--model" in capsys.readouterr().err
 
     empty = tmp_path / "empty.txt"
@@ -168,10 +179,102 @@ def test_clear_errors(models, prompts_txt, tmp_path, capsys):
 def test_cli_subprocess_smoke(models, prompts_txt, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     out = tmp_path / "cli_out"
-    cmd = [sys.executable, str(SCRIPT), "--model", str(models["sd3"]), "--prompts", str(prompts_txt),
-           "--out", str(out), "--seed", "3", *FAST]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--model",
+        str(models["sd3"]),
+        "--prompts",
+        str(prompts_txt),
+        "--out",
+        str(out),
+        "--seed",
+        "3",
+        *FAST,
+    ]
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
     assert [r["prompt"] for r in rows] == PROMPTS
     assert all((out / r["file"]).is_file() for r in rows)
+
+
+# ------------------------------------------------------------------ motion pipelines
+
+
+@pytest.fixture(scope="module")
+def tiny_mdm(tmp_path_factory):
+    """A tiny random MotionWorld pipeline (the shipped MDM's architecture, 24 frames × 263 features)."""
+    from worlds.motion.tiny import build_tiny_mdm
+
+    path = tmp_path_factory.mktemp("motion") / "mdm"
+    build_tiny_mdm(path)
+    return path
+
+
+def test_motion_pipeline_writes_npy_gif_and_filmstrip(tiny_mdm, tmp_path):
+    prompts = tmp_path / "motion.jsonl"
+    rows_in = [
+        {"prompt": "a person jumps twice then waves both hands", "task": "sequence"},
+        {"prompt": "a person walks forward while raising the left hand"},
+    ]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows_in))
+    out = tmp_path / "motions"
+    argv = [
+        "--model",
+        str(tiny_mdm),
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(out),
+        "--num_steps",
+        "3",
+        "--guidance_scale",
+        "2.5",
+        "--kernel",
+        "ddim",
+        "--device",
+        "cpu",
+    ]
+    assert sample_script.main(argv) == 0
+    rows = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert [(r["prompt"], r["file"], r["gif"], r["png"]) for r in rows] == [
+        (rows_in[0]["prompt"], "00000.npy", "00000.gif", "00000.png"),
+        (rows_in[1]["prompt"], "00001.npy", "00001.gif", "00001.png"),
+    ]
+    assert rows[0]["metadata"] == {"task": "sequence"} and "seed" in rows[0]
+    motion = np.load(out / "00000.npy")
+    assert motion.dtype == np.float32 and motion.shape == (24, 263) and np.isfinite(motion).all()
+    with Image.open(out / "00000.gif") as gif:
+        assert gif.n_frames == 24  # recovered joints: one frame per feature frame
+    with Image.open(out / "00000.png") as strip:
+        assert strip.mode == "RGB" and strip.width > strip.height
+    # deterministic (noise level 0, seeds from (--seed, prompt index)), denormalised features
+    again = tmp_path / "again"
+    assert sample_script.main([*argv[:5], str(again), *argv[6:]]) == 0
+    np.testing.assert_array_equal(np.load(again / "00001.npy"), np.load(out / "00001.npy"))
+    # the files hold what the policy decodes (denormalised features), the very samples evaluation draws
+    from ddpo_grpo.evaluation import evaluate
+    from ddpo_grpo.policies import build_policy, load_pipeline
+
+    policy = build_policy(load_pipeline(str(tiny_mdm)), resolution=0, kernel="ddim")
+    _, decoded, _ = evaluate(policy, rows_in, None, num_steps=3, guidance_scale=2.5)
+    np.testing.assert_allclose(np.stack([np.load(out / r["file"]) for r in rows]), decoded.numpy(), atol=1e-5)
+
+
+def test_motion_kernel_flag_is_checked(models, tiny_mdm, prompts_txt, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        sample_script.main(
+            [
+                "--model",
+                str(models["sd"]),
+                "--prompts",
+                str(prompts_txt),
+                "--out",
+                str(tmp_path / "o"),
+                "--kernel",
+                "ddpm",
+                *FAST,
+            ]
+        )
+    assert exc.value.code == 2 and "--kernel 'ddpm'" in capsys.readouterr().err

@@ -18,9 +18,17 @@ The specification is ``worlds/motion/README.md``; this package is its executable
   here either: ``python -m worlds.motion.physics`` prints the measured numbers);
 * :mod:`.reward` — the judge as the ``motion_judge`` reward and the physics score as ``motion_physics``
   (not imported here: importing it registers them with :mod:`reward_models`);
-* :mod:`.render` — stick-figure GIFs and filmstrip PNGs.
+* :mod:`.render` — stick-figure GIFs and filmstrip PNGs;
+* :mod:`.model`, :mod:`.pretrain` — the base model's components (an MDM-style denoiser, the motion
+  normalizer) and its pretraining recipe; :data:`MDM_DIR` is the shipped model (a ``DenoiserPipeline``
+  directory, ``ddpo_grpo.policies.load_pipeline(MDM_DIR)``); :mod:`.tiny` a tiny random one for tests;
+* :mod:`.files`, :mod:`.evaluation` — motion samples as files (npy, GIF, filmstrip); judge + physics in
+  one evaluation pass (not imported here: they import torch and the library).
 """
+
 from __future__ import annotations
+
+from pathlib import Path
 
 from .features import (
     FEATURE_DIM,
@@ -53,14 +61,49 @@ from .grammar import (
     train_rows,
 )
 from .render import filmstrip_png, stick_figure_gif
-from .stats import compute_stats
 from .skeleton import FPS, JOINT_NAMES, KINEMATIC_CHAIN, N_JOINTS, PARENTS
+from .stats import compute_stats
+
+#: the shipped base model: a DenoiserPipeline directory (MDM architecture), see README.md "Base model"
+MDM_DIR = str(Path(__file__).resolve().parent / "models" / "mdm")
 
 __all__ = [
-    "ACTIONS", "ARM_ACTIONS", "FEATURE_DIM", "FPS", "JOINT_NAMES", "KINEMATIC_CHAIN", "LEG_ACTIONS", "N_JOINTS",
-    "PARENTS", "SLICES", "SPLIT_SEED", "TASKS", "Motion", "MotionSpec", "all_prompts", "canonicalize",
-    "compute_stats", "dataset_seed", "denormalize", "enumerate_specs", "features_from_joints", "filmstrip_png",
-    "format_prompt", "generate", "generate_dataset", "load_split", "load_stats", "make_split", "normalize",
-    "parse_prompt", "recover_joints", "recover_root", "spec_of",
-    "split_rule", "stick_figure_gif", "test_rows", "train_rows",
+    "ACTIONS",
+    "ARM_ACTIONS",
+    "FEATURE_DIM",
+    "FPS",
+    "JOINT_NAMES",
+    "KINEMATIC_CHAIN",
+    "LEG_ACTIONS",
+    "MDM_DIR",
+    "N_JOINTS",
+    "PARENTS",
+    "SLICES",
+    "SPLIT_SEED",
+    "TASKS",
+    "Motion",
+    "MotionSpec",
+    "all_prompts",
+    "canonicalize",
+    "compute_stats",
+    "dataset_seed",
+    "denormalize",
+    "enumerate_specs",
+    "features_from_joints",
+    "filmstrip_png",
+    "format_prompt",
+    "generate",
+    "generate_dataset",
+    "load_split",
+    "load_stats",
+    "make_split",
+    "normalize",
+    "parse_prompt",
+    "recover_joints",
+    "recover_root",
+    "spec_of",
+    "split_rule",
+    "stick_figure_gif",
+    "test_rows",
+    "train_rows",
 ]

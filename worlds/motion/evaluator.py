@@ -36,6 +36,7 @@ Euclidean between unit vectors, so in ``[0, 2]``):
 ``python -m worlds.motion.evaluator`` measures them (real clips vs perturbed and mismatched ones) on the
 test split; the README holds the numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -155,8 +156,9 @@ def sinusoid(n: int, d: int) -> torch.Tensor:
 
 
 def _encoder(cfg: EvaluatorConfig, layers: int) -> nn.TransformerEncoder:
-    layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.heads, cfg.ff, cfg.dropout, activation="gelu",
-                                       batch_first=True, norm_first=True)
+    layer = nn.TransformerEncoderLayer(
+        cfg.d_model, cfg.heads, cfg.ff, cfg.dropout, activation="gelu", batch_first=True, norm_first=True
+    )
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
 
@@ -216,8 +218,10 @@ def _features_list(features: Any, lengths: Sequence[int] | None, name: str = "fe
         if arr.ndim == 2:
             arr = arr[None]
         if arr.ndim != 3 or arr.shape[-1] != FEATURE_DIM:
-            raise ValueError(f"{name} must be denormalised HumanML3D features [N, frames, {FEATURE_DIM}] or a list "
-                             f"of [frames, {FEATURE_DIM}] arrays, got shape {tuple(arr.shape)}")
+            raise ValueError(
+                f"{name} must be denormalised HumanML3D features [N, frames, {FEATURE_DIM}] or a list "
+                f"of [frames, {FEATURE_DIM}] arrays, got shape {tuple(arr.shape)}"
+            )
         items = list(arr)
     out = []
     for x in items:
@@ -255,8 +259,9 @@ class MotionEvaluator(nn.Module):
     :meth:`encode_motions` on normalised tensors.
     """
 
-    def __init__(self, cfg: EvaluatorConfig, vocab: Sequence[str], mean: np.ndarray | None = None,
-                 std: np.ndarray | None = None):
+    def __init__(
+        self, cfg: EvaluatorConfig, vocab: Sequence[str], mean: np.ndarray | None = None, std: np.ndarray | None = None
+    ):
         super().__init__()
         if tuple(vocab[: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"the vocabulary must start with {SPECIALS}")
@@ -276,8 +281,10 @@ class MotionEvaluator(nn.Module):
 
     def token_ids(self, prompts: Sequence[str]) -> torch.Tensor:
         """int64 ``[B, L]``: ``<cls>``, the words (``<unk>`` when unknown, at most ``max_words``), ``<pad>``."""
-        rows = [[self.word_ids[CLS]] + [self.word_ids.get(w, self.word_ids[UNK]) for w in tokenize(p)]
-                [: self.cfg.max_words] for p in prompts]
+        rows = [
+            [self.word_ids[CLS]] + [self.word_ids.get(w, self.word_ids[UNK]) for w in tokenize(p)][: self.cfg.max_words]
+            for p in prompts
+        ]
         out = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
         for i, r in enumerate(rows):
             out[i, : len(r)] = torch.tensor(r)
@@ -307,7 +314,7 @@ class MotionEvaluator(nn.Module):
             was = self.training
             self.eval()
             for i in range(0, len(missing), EMBED_BATCH):
-                chunk = missing[i: i + EMBED_BATCH]
+                chunk = missing[i : i + EMBED_BATCH]
                 emb = self.encode_text_ids(self.token_ids(chunk)).float().cpu().numpy()
                 self._text_cache.update(zip(chunk, emb))
             self.train(was)
@@ -329,7 +336,7 @@ class MotionEvaluator(nn.Module):
         was = self.training
         self.eval()
         for s in range(0, len(order), EMBED_BATCH):
-            idx = order[s: s + EMBED_BATCH]
+            idx = order[s : s + EMBED_BATCH]
             x, n = pad_batch([items[i] for i in idx])
             x = self.normalize(x) * (torch.arange(x.shape[1])[None, :, None] < n[:, None, None])
             out[idx] = self.encode_motions(x, n).float().cpu().numpy()
@@ -364,14 +371,17 @@ class MotionEvaluator(nn.Module):
         cfg_path, w_path = path / CONFIG_NAME, path / WEIGHTS_NAME
         for p in (cfg_path, w_path):
             if not p.is_file():
-                raise FileNotFoundError(f"{p} is missing: not a MotionWorld evaluator folder (train one with "
-                                        "scripts/train_motion_evaluator.py)")
+                raise FileNotFoundError(
+                    f"{p} is missing: not a MotionWorld evaluator folder (train one with "
+                    "scripts/train_motion_evaluator.py)"
+                )
         config = json.loads(cfg_path.read_text(encoding="utf-8"))
         if config.get("format") != FORMAT:
             raise ValueError(f"{cfg_path}: format {config.get('format')!r}, expected {FORMAT!r}")
         state = load_file(str(w_path))
-        model = cls(EvaluatorConfig.from_dict(config["model"]), config["vocab"], state["mean"].numpy(),
-                    state["std"].numpy())
+        model = cls(
+            EvaluatorConfig.from_dict(config["model"]), config["vocab"], state["mean"].numpy(), state["std"].numpy()
+        )
         model.load_state_dict(state)
         model.config_json = config
         model.requires_grad_(False)
@@ -419,8 +429,14 @@ def batch_order(prompts: Sequence[str], batch: int = R_PRECISION_BATCH, seed: in
     return perm[np.argsort(occurrence, kind="stable")]
 
 
-def r_precision(motion_emb: np.ndarray, text_emb: np.ndarray, prompts: Sequence[str],
-                batch: int = R_PRECISION_BATCH, top_k: int = 3, seed: int = 0) -> dict[str, float]:
+def r_precision(
+    motion_emb: np.ndarray,
+    text_emb: np.ndarray,
+    prompts: Sequence[str],
+    batch: int = R_PRECISION_BATCH,
+    top_k: int = 3,
+    seed: int = 0,
+) -> dict[str, float]:
     """HumanML3D R-precision: ``{"r_precision_top1": …, …, "r_precision_top{top_k}"}``.
 
     In each batch (:func:`batch_order`) motion ``i`` ranks the batch's prompts by Euclidean distance; its
@@ -436,7 +452,7 @@ def r_precision(motion_emb: np.ndarray, text_emb: np.ndarray, prompts: Sequence[
     hits = np.zeros(top_k)
     count = 0
     for b in range(n // batch):
-        idx = order[b * batch:(b + 1) * batch]
+        idx = order[b * batch : (b + 1) * batch]
         d = np.linalg.norm(motion_emb[idx, None, :].astype(np.float64) - text_emb[None, idx, :], axis=-1)
         own = np.diag(d)
         other = names[idx][:, None] != names[idx][None, :]
@@ -481,8 +497,9 @@ def diversity(emb: np.ndarray, pairs: int = DIVERSITY_PAIRS, seed: int = 0) -> f
     return float(np.linalg.norm(emb[i].astype(np.float64) - emb[j], axis=-1).mean())
 
 
-def reference_features(prompts: Sequence[Any], seed: int = REFERENCE_SEED,
-                       frames: int | Sequence[int | None] | None = None) -> list[np.ndarray]:
+def reference_features(
+    prompts: Sequence[Any], seed: int = REFERENCE_SEED, frames: int | Sequence[int | None] | None = None
+) -> list[np.ndarray]:
     """Real clips of ``prompts``: ``generate(prompt_i, dataset_seed(seed, i, 0), frames_i).features()``.
 
     Denormalised ``[frames_i − 1, 263]`` each; ``frames``: joint frames of every clip (an int), of each
@@ -491,8 +508,10 @@ def reference_features(prompts: Sequence[Any], seed: int = REFERENCE_SEED,
     per = list(frames) if isinstance(frames, (list, tuple, np.ndarray)) else [frames] * len(prompts)
     if len(per) != len(prompts):
         raise ValueError(f"{len(per)} lengths for {len(prompts)} prompts")
-    return [generate(spec_of(p), dataset_seed(seed, i, 0), None if f is None else int(f)).features()
-            for i, (p, f) in enumerate(zip(prompts, per))]
+    return [
+        generate(spec_of(p), dataset_seed(seed, i, 0), None if f is None else int(f)).features()
+        for i, (p, f) in enumerate(zip(prompts, per))
+    ]
 
 
 def matched_frames(n_features: int) -> int | None:
@@ -500,11 +519,20 @@ def matched_frames(n_features: int) -> int | None:
     return n_features + 1 if 60 <= n_features + 1 <= 200 else None
 
 
-def set_metrics(features: Any, prompts: Sequence[Any], lengths: Sequence[int] | None = None, *,
-                reference: Any = None, reference_lengths: Sequence[int] | None = None,
-                reference_seed: int = REFERENCE_SEED, reference_frames: str | int | None = "match", seed: int = 0,
-                evaluator: MotionEvaluator | None = None,
-                batch: int = R_PRECISION_BATCH, diversity_pairs: int = DIVERSITY_PAIRS) -> dict[str, float]:
+def set_metrics(
+    features: Any,
+    prompts: Sequence[Any],
+    lengths: Sequence[int] | None = None,
+    *,
+    reference: Any = None,
+    reference_lengths: Sequence[int] | None = None,
+    reference_seed: int = REFERENCE_SEED,
+    reference_frames: str | int | None = "match",
+    seed: int = 0,
+    evaluator: MotionEvaluator | None = None,
+    batch: int = R_PRECISION_BATCH,
+    diversity_pairs: int = DIVERSITY_PAIRS,
+) -> dict[str, float]:
     """The HumanML3D set metrics of generated motions and their prompts, on this evaluator's embeddings.
 
     ``features``: denormalised ``[N, frames, 263]`` (array or tensor; ``lengths`` = valid frames of each
@@ -581,8 +609,14 @@ def _rows(split: str) -> list[dict]:
     return load_split(split)
 
 
-def measure(split: str = "test", clips: int = 4, seed: int = 0, evaluator: MotionEvaluator | None = None,
-            conditions: Sequence[str] = tuple(CONDITIONS), frames: int | None = None) -> dict[str, Any]:
+def measure(
+    split: str = "test",
+    clips: int = 4,
+    seed: int = 0,
+    evaluator: MotionEvaluator | None = None,
+    conditions: Sequence[str] = tuple(CONDITIONS),
+    frames: int | None = None,
+) -> dict[str, Any]:
     """The README's numbers: set metrics per condition, and the reward's separation of close prompts.
 
     ``clips`` clips per prompt of ``split`` (``generate(row, dataset_seed(MEASURE_SEED + seed, i, k),
@@ -613,9 +647,11 @@ def measure(split: str = "test", clips: int = 4, seed: int = 0, evaluator: Motio
         if cond == "real":
             feats = [m.features() for m in motions]
         elif cond.startswith("noise_"):
-            sigma = float(cond[len("noise_"):-2]) / 100.0
-            feats = [features_from_joints(m.joints + rng.normal(0.0, sigma, m.joints.shape)).astype(np.float32)
-                     for m in motions]
+            sigma = float(cond[len("noise_") : -2]) / 100.0
+            feats = [
+                features_from_joints(m.joints + rng.normal(0.0, sigma, m.joints.shape)).astype(np.float32)
+                for m in motions
+            ]
         elif cond == "frozen":
             feats = [features_from_joints(np.repeat(m.joints[:1], m.frames, 0)).astype(np.float32) for m in motions]
         elif cond == "mismatch_close":
@@ -658,9 +694,15 @@ def measure(split: str = "test", clips: int = 4, seed: int = 0, evaluator: Motio
                 rec["win"].append(float(own[d] > w))
                 rec["own"].append(own[d])
                 rec["wrong"].append(w)
-    out["separation"] = {k: {"pairs": len(v["win"]), "accuracy": float(np.mean(v["win"])),
-                             "own": float(np.mean(v["own"])), "wrong": float(np.mean(v["wrong"]))}
-                         for k, v in sorted(sep.items(), key=lambda kv: (kv[0].startswith("dense/"), kv[0]))}
+    out["separation"] = {
+        k: {
+            "pairs": len(v["win"]),
+            "accuracy": float(np.mean(v["win"])),
+            "own": float(np.mean(v["own"])),
+            "wrong": float(np.mean(v["wrong"])),
+        }
+        for k, v in sorted(sep.items(), key=lambda kv: (kv[0].startswith("dense/"), kv[0]))
+    }
     for d in ("", "dense/"):
         wins = [w for k, v in sep.items() if k.startswith(d) and (d or "/" not in k) for w in v["win"]]
         out["separation"][d + "all"] = {"pairs": len(wins), "accuracy": float(np.mean(wins))}
@@ -671,9 +713,13 @@ def format_measurement(res: dict[str, Any]) -> str:
     """Markdown tables of a :func:`measure` result."""
     keys = ("r_precision_top1", "r_precision_top3", "matching_score", "cosine", "fid", "diversity")
     length = "the generator's own lengths" if res.get("frames") is None else f"{res['frames']} joint frames"
-    lines = [f"{res['split']} split, {res['n']} clips ({length}); reference diversity "
-             f"{next(iter(res['conditions'].values()))['reference_diversity']:.3f}", "",
-             "| condition | R@1 | R@3 | matching | cosine | FID | diversity |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{res['split']} split, {res['n']} clips ({length}); reference diversity "
+        f"{next(iter(res['conditions'].values()))['reference_diversity']:.3f}",
+        "",
+        "| condition | R@1 | R@3 | matching | cosine | FID | diversity |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for cond, m in res["conditions"].items():
         lines.append(f"| {cond} | " + " | ".join(f"{m[k]:.3f}" for k in keys) + " |")
     lines += ["", "| wrong prompt (edit) | pairs | own > wrong | mean cosine own / wrong |", "|---|---|---|---|"]
@@ -704,11 +750,36 @@ def _main(argv: Sequence[str] | None = None) -> None:
 
 
 __all__ = [
-    "CONDITIONS", "CONFIG_NAME", "DIVERSITY_PAIRS", "MEASURE_SEED", "MODEL_DIR", "REFERENCE_SEED",
-    "R_PRECISION_BATCH", "SPECIALS", "WEIGHTS_NAME", "EvaluatorConfig", "MotionEncoder", "MotionEvaluator",
-    "TextEncoder", "batch_order", "clause_prompt", "diversity", "fid", "format_measurement", "grammar_vocab",
-    "load_evaluator", "matched_frames", "matching_score", "measure", "pad_batch", "r_precision",
-    "reference_features", "segment_prompts", "set_metrics", "sinusoid", "tokenize",
+    "CONDITIONS",
+    "CONFIG_NAME",
+    "DIVERSITY_PAIRS",
+    "MEASURE_SEED",
+    "MODEL_DIR",
+    "REFERENCE_SEED",
+    "R_PRECISION_BATCH",
+    "SPECIALS",
+    "WEIGHTS_NAME",
+    "EvaluatorConfig",
+    "MotionEncoder",
+    "MotionEvaluator",
+    "TextEncoder",
+    "batch_order",
+    "clause_prompt",
+    "diversity",
+    "fid",
+    "format_measurement",
+    "grammar_vocab",
+    "load_evaluator",
+    "matched_frames",
+    "matching_score",
+    "measure",
+    "pad_batch",
+    "r_precision",
+    "reference_features",
+    "segment_prompts",
+    "set_metrics",
+    "sinusoid",
+    "tokenize",
 ]
 
 

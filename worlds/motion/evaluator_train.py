@@ -44,6 +44,7 @@ bit for bit.
 
 Entry point: :func:`train` (``scripts/train_motion_evaluator.py`` is its command line).
 """
+
 from __future__ import annotations
 
 import json
@@ -124,8 +125,9 @@ class TrainConfig:
             raise ValueError(f"length_jitter must be in [0, 1], got {self.length_jitter}")
         lo, hi = self.frames_range
         if not 60 <= lo <= hi <= 200:
-            raise ValueError(f"frames_range must satisfy 60 <= low <= high <= 200 joint frames, "
-                             f"got {self.frames_range}")
+            raise ValueError(
+                f"frames_range must satisfy 60 <= low <= high <= 200 joint frames, got {self.frames_range}"
+            )
         if len(self.compose_weights) != 3 or min(self.compose_weights) < 0 or sum(self.compose_weights) <= 0:
             raise ValueError(f"compose_weights must be 3 non-negative weights, got {self.compose_weights}")
 
@@ -133,8 +135,19 @@ class TrainConfig:
     def tiny(cls, **kw: Any) -> TrainConfig:
         """Toy sizes (seconds on one thread)."""
         model = EvaluatorConfig(dim=16, d_model=16, heads=2, ff=32, motion_layers=1, text_layers=1, patch=8)
-        base = dict(steps=4, anchors=4, hard_negatives=1, halves=1, pool_per_prompt=1, refresh=1, warmup=1,
-                    eval_every=2, val_clips=0, prompt_limit=12, model=model)
+        base = dict(
+            steps=4,
+            anchors=4,
+            hard_negatives=1,
+            halves=1,
+            pool_per_prompt=1,
+            refresh=1,
+            warmup=1,
+            eval_every=2,
+            val_clips=0,
+            prompt_limit=12,
+            model=model,
+        )
         return cls(**{**base, **kw})
 
     def to_dict(self) -> dict:
@@ -250,8 +263,9 @@ def hard_negative_table(specs: list[MotionSpec]) -> list[list[int]]:
     return [[index[m] for _, m in mismatches(s) if m in index] for s in specs]
 
 
-def draw_batch(cfg: TrainConfig, step: int, specs: list[MotionSpec], pool: ClipPool,
-               negatives: list[list[int]]) -> Batch:
+def draw_batch(
+    cfg: TrainConfig, step: int, specs: list[MotionSpec], pool: ClipPool, negatives: list[list[int]]
+) -> Batch:
     """The batch of ``step`` (see the module docstring); a function of ``(seed, step)`` and the pool."""
     rng = np.random.default_rng([cfg.seed, BATCH_TAG, step])
     compose = np.array([("single", "while", "then").index(s.compose) for s in specs])
@@ -280,8 +294,9 @@ def draw_batch(cfg: TrainConfig, step: int, specs: list[MotionSpec], pool: ClipP
     return Batch(motions, lengths, texts, torch.tensor([ids[t] for t in texts]))
 
 
-def contrastive_loss(motion_emb: torch.Tensor, text_emb: torch.Tensor, groups: torch.Tensor,
-                     logit_scale: torch.Tensor) -> torch.Tensor:
+def contrastive_loss(
+    motion_emb: torch.Tensor, text_emb: torch.Tensor, groups: torch.Tensor, logit_scale: torch.Tensor
+) -> torch.Tensor:
     """Symmetric InfoNCE; every pair with the same ``groups`` id is a positive (uniform soft targets)."""
     logits = logit_scale.exp().clamp(max=100.0) * motion_emb @ text_emb.T
     same = (groups[:, None] == groups[None, :]).float()
@@ -331,11 +346,20 @@ def validate(model: MotionEvaluator, feats: list[np.ndarray], prompts: list[str]
 # --------------------------------------------------------------------------------------------
 
 
-def _save_checkpoint(out: Path, model: MotionEvaluator, opt: torch.optim.Optimizer, step: int,
-                     cfg: TrainConfig, wall: float) -> None:
+def _save_checkpoint(
+    out: Path, model: MotionEvaluator, opt: torch.optim.Optimizer, step: int, cfg: TrainConfig, wall: float
+) -> None:
     tmp = out / (CHECKPOINT + ".tmp")
-    torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(), "config": cfg.to_dict(),
-                "wall_s": wall}, tmp)
+    torch.save(
+        {
+            "step": step,
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "config": cfg.to_dict(),
+            "wall_s": wall,
+        },
+        tmp,
+    )
     tmp.replace(out / CHECKPOINT)
 
 
@@ -346,8 +370,14 @@ def build_model(cfg: TrainConfig) -> MotionEvaluator:
     return MotionEvaluator(cfg.model, grammar_vocab(), mean, std)
 
 
-def train(cfg: TrainConfig, out: str | Path, resume: bool = False, export: str | Path | None = None,
-          stop_after: int | None = None, log: Callable[[str], None] | None = print) -> MotionEvaluator:
+def train(
+    cfg: TrainConfig,
+    out: str | Path,
+    resume: bool = False,
+    export: str | Path | None = None,
+    stop_after: int | None = None,
+    log: Callable[[str], None] | None = print,
+) -> MotionEvaluator:
     """Train the evaluator; run folder ``out`` (``checkpoint.pt``, ``train_log.jsonl``, ``final/``).
 
     ``resume``: continue from ``out/checkpoint.pt`` with its saved config (``cfg`` is ignored except for
@@ -380,8 +410,10 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, export: str |
     pool.build(start)
     negatives = hard_negative_table(specs)
     val_feats, val_prompts = validation_set(cfg)
-    say(f"{len(specs)} prompts ({cfg.prompts}), pool {pool.size} clips ({time.time() - t0:.1f} s), "
-        f"{sum(p.numel() for p in model.parameters())} parameters")
+    say(
+        f"{len(specs)} prompts ({cfg.prompts}), pool {pool.size} clips ({time.time() - t0:.1f} s), "
+        f"{sum(p.numel() for p in model.parameters())} parameters"
+    )
     logf = open(out / LOG, "a", encoding="utf-8")
     losses: list[float] = []
     step = start
@@ -407,9 +439,14 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, export: str |
             step += 1
             if step % cfg.eval_every == 0 or step == cfg.steps or step == stop_after:
                 wall = wall0 + time.time() - t0
-                rec = {"step": step, "loss": float(np.mean(losses)), "lr": learning_rate(cfg, step - 1),
-                       "temperature": math.exp(-model.logit_scale.item()), "wall_s": round(wall, 1),
-                       **{f"val/{k}": v for k, v in validate(model, val_feats, val_prompts).items()}}
+                rec = {
+                    "step": step,
+                    "loss": float(np.mean(losses)),
+                    "lr": learning_rate(cfg, step - 1),
+                    "temperature": math.exp(-model.logit_scale.item()),
+                    "wall_s": round(wall, 1),
+                    **{f"val/{k}": v for k, v in validate(model, val_feats, val_prompts).items()},
+                }
                 losses = []
                 logf.write(json.dumps(rec) + "\n")
                 logf.flush()
@@ -422,8 +459,10 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, export: str |
     model.eval()
     if step >= cfg.steps:
         wall = wall0 + time.time() - t0
-        extra = {"train": cfg.to_dict(), "summary": {"steps": step, "wall_s": round(wall, 1),
-                                                     "val": validate(model, val_feats, val_prompts)}}
+        extra = {
+            "train": cfg.to_dict(),
+            "summary": {"steps": step, "wall_s": round(wall, 1), "val": validate(model, val_feats, val_prompts)},
+        }
         model.save(out / "final", extra)
         if export is not None:
             model.save(export, extra)
@@ -432,7 +471,22 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, export: str |
 
 
 __all__ = [
-    "CHECKPOINT", "LOG", "PROMPT_SETS", "VAL_SEED", "Batch", "ClipPool", "TrainConfig", "build_model", "clip_seed",
-    "clip_length", "contrastive_loss", "draw_batch", "hard_negative_table", "learning_rate", "train", "training_specs",
-    "validate", "validation_set",
+    "CHECKPOINT",
+    "LOG",
+    "PROMPT_SETS",
+    "VAL_SEED",
+    "Batch",
+    "ClipPool",
+    "TrainConfig",
+    "build_model",
+    "clip_seed",
+    "clip_length",
+    "contrastive_loss",
+    "draw_batch",
+    "hard_negative_table",
+    "learning_rate",
+    "train",
+    "training_specs",
+    "validate",
+    "validation_set",
 ]

@@ -60,6 +60,7 @@ which is how HumanML3D keeps near-constant dimensions from blowing up; the resul
 from below at :data:`STD_FLOOR` = 0.01, which binds for the root angular velocity only (0.00995 rad per
 frame: most clips do not turn).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -374,8 +375,10 @@ def _stats_like(x: Any, mean: Any, std: Any):
     if _is_torch(x):
         import torch
 
-        return (torch.as_tensor(np.asarray(mean), dtype=x.dtype, device=x.device),
-                torch.as_tensor(np.asarray(std), dtype=x.dtype, device=x.device))
+        return (
+            torch.as_tensor(np.asarray(mean), dtype=x.dtype, device=x.device),
+            torch.as_tensor(np.asarray(std), dtype=x.dtype, device=x.device),
+        )
     return np.asarray(mean), np.asarray(std)
 
 
@@ -404,7 +407,22 @@ def group_std(std: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
-    "CONTACT_HEIGHTS", "CONTACT_THRESHOLD", "FACING_SIGMA", "FEATURE_DIM", "FPS", "SLICES", "STATS_SEED",
-    "STD_FLOOR", "canonicalize", "denormalize", "facing_quaternions", "features_from_joints",
-    "gaussian_smooth", "group_std", "load_stats", "normalize", "recover_joints", "recover_root",
+    "CONTACT_HEIGHTS",
+    "CONTACT_THRESHOLD",
+    "FACING_SIGMA",
+    "FEATURE_DIM",
+    "FPS",
+    "SLICES",
+    "STATS_SEED",
+    "STD_FLOOR",
+    "canonicalize",
+    "denormalize",
+    "facing_quaternions",
+    "features_from_joints",
+    "gaussian_smooth",
+    "group_std",
+    "load_stats",
+    "normalize",
+    "recover_joints",
+    "recover_root",
 ]

@@ -44,6 +44,7 @@ clip can start and end mid-stride; the padding is cut off at the end):
 
 :func:`generate_dataset` builds a pretraining set: rows × clips with per-clip seeds :func:`dataset_seed`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -84,8 +85,15 @@ THEN_GAP = 2
 #: clip length ranges (joint frames, inclusive) per action kind; "while" takes the leg action's range
 #: (at least 70), "then" clips are 114-121 frames
 LENGTHS: dict[str, tuple[int, int]] = {
-    "walk": (80, 120), "run": (60, 100), "turn": (60, 90), "turn_around": (80, 110),
-    "jump_1": (60, 80), "jump_2": (70, 100), "jump_3": (90, 120), "arms": (60, 100), "then": (114, 121),
+    "walk": (80, 120),
+    "run": (60, 100),
+    "turn": (60, 90),
+    "turn_around": (80, 110),
+    "jump_1": (60, 80),
+    "jump_2": (70, 100),
+    "jump_3": (90, 120),
+    "arms": (60, 100),
+    "then": (114, 121),
 }
 
 _LEG_JOINTS = {"L": (L_HIP, 4, L_ANKLE, L_FOOT), "R": (R_HIP, 5, R_ANKLE, R_FOOT)}
@@ -256,16 +264,36 @@ def _make_plan(T: int, body: Body, rng: np.random.Generator) -> _Plan:
     y_nom = np.full(n, body.straight_height - rng.uniform(0.012, 0.02))
     stand_lateral = rng.uniform(0.09, 0.11)
     zeros = np.zeros(n)
-    return _Plan(T, body, rng, yaw=zeros.copy(), vel=np.zeros((n, 2)), y_nom=y_nom, y_jump=np.full(n, np.nan),
-                 lean=zeros.copy(), run_w=zeros.copy(), jump_arm=zeros.copy(), stand_lateral=stand_lateral)
+    return _Plan(
+        T,
+        body,
+        rng,
+        yaw=zeros.copy(),
+        vel=np.zeros((n, 2)),
+        y_nom=y_nom,
+        y_jump=np.full(n, np.nan),
+        lean=zeros.copy(),
+        run_w=zeros.copy(),
+        jump_arm=zeros.copy(),
+        stand_lateral=stand_lateral,
+    )
 
 
 def _window_bounds(p: _Plan, a: float, b: float, open_start: bool, open_end: bool) -> tuple[float, float]:
     return (-PAD + 1.0 if open_start else a), (p.T - 1 + PAD - 1.0 if open_end else b)
 
 
-def _schedule(p: _Plan, start: float, end: float, closed_end: bool, first: str, period: float, swing: float,
-              offset: float, **swing_kw) -> None:
+def _schedule(
+    p: _Plan,
+    start: float,
+    end: float,
+    closed_end: bool,
+    first: str,
+    period: float,
+    swing: float,
+    offset: float,
+    **swing_kw,
+) -> None:
     """Add alternating swings: foot ``first`` lifts at ``start + k·period``, the other at ``+ offset``.
 
     With ``closed_end`` the pattern (period, offset, swing) is scaled by one factor so that the other
@@ -339,8 +367,22 @@ def _add_locomotion(p: _Plan, action: str, a: float, b: float, open_start: bool,
     else:
         swing = swing_frac * step
         stance = 2.0 * step - swing
-        _schedule(p, start, end, not open_end, first, 2.0 * step, swing, step, lift=lift, lateral=lateral,
-                  heel=heel, heel_time=0.3 * stance, vertical=0.05 if run else 0.1, ref_frac=0.45)
+        _schedule(
+            p,
+            start,
+            end,
+            not open_end,
+            first,
+            2.0 * step,
+            swing,
+            step,
+            lift=lift,
+            lateral=lateral,
+            heel=heel,
+            heel_time=0.3 * stance,
+            vertical=0.05 if run else 0.1,
+            ref_frac=0.45,
+        )
 
 
 def _add_turn(p: _Plan, action: str, a: float, b: float) -> None:
@@ -362,8 +404,18 @@ def _add_turn(p: _Plan, action: str, a: float, b: float) -> None:
     step = rng.uniform(0.36, 0.42) * FPS
     first = "L" if angle > 0 else "R"
     g_start, g_end = t0 - 0.1 * FPS, min(t1 + 0.2 * FPS, b)
-    _schedule(p, g_start, g_end, True, first, 2.0 * step, 0.8 * step, step, lift=rng.uniform(0.07, 0.1),
-              lateral=p.stand_lateral)
+    _schedule(
+        p,
+        g_start,
+        g_end,
+        True,
+        first,
+        2.0 * step,
+        0.8 * step,
+        step,
+        lift=rng.uniform(0.07, 0.1),
+        lateral=p.stand_lateral,
+    )
 
 
 def _hermite(p0, v0, p1, v1, dur, tau):
@@ -377,8 +429,12 @@ def _add_jumps(p: _Plan, count: int, a: float, b: float) -> None:
     rng = p.rng
     height = rng.uniform(0.2, 0.3) if count == 1 else rng.uniform(0.15, 0.2)
     crouch = rng.uniform(0.1, 0.16)
-    c_dur, push, absorb, recover = (rng.uniform(0.25, 0.3) * FPS, rng.uniform(0.16, 0.2) * FPS,
-                                    rng.uniform(0.16, 0.2) * FPS, 0.3 * FPS)
+    c_dur, push, absorb, recover = (
+        rng.uniform(0.25, 0.3) * FPS,
+        rng.uniform(0.16, 0.2) * FPS,
+        rng.uniform(0.16, 0.2) * FPS,
+        0.3 * FPS,
+    )
     g = GRAVITY / FPS**2  # m/frame²
     v0 = np.sqrt(2.0 * GRAVITY * height) / FPS  # m/frame
     flight = 2.0 * v0 / g
@@ -412,8 +468,9 @@ def _add_jumps(p: _Plan, count: int, a: float, b: float) -> None:
         p.vel[seg, 1] += drift / flight
         land = to + flight
         for foot in ("L", "R"):
-            p.swings[foot].append(_Swing(to, land, "flight", lift=rng.uniform(0.04, 0.06), heel=np.radians(12.0),
-                                         heel_time=push))
+            p.swings[foot].append(
+                _Swing(to, land, "flight", lift=rng.uniform(0.04, 0.06), heel=np.radians(12.0), heel_time=push)
+            )
         seg = (t >= land) & (t < land + absorb)
         y[seg] = _hermite(y_to, -v0, y_low, 0.0, absorb, t[seg] - land)
         arm[seg] = -0.5 * smoothstep((t[seg] - land) / absorb)
@@ -561,7 +618,8 @@ def _arm_angles(p: _Plan, hand: str, swing_sig: np.ndarray) -> dict[str, np.ndar
         "abd": np.full(n, np.radians(rng.uniform(6, 10))) + 0.1 * p.run_w,
         "flex": amp * swing_sig + p.jump_arm,
         "e_side": np.zeros(n),
-        "e_flex": np.radians(rng.uniform(10, 20)) * (1.0 - p.run_w) + np.radians(rng.uniform(80, 95)) * p.run_w
+        "e_flex": np.radians(rng.uniform(10, 20)) * (1.0 - p.run_w)
+        + np.radians(rng.uniform(80, 95)) * p.run_w
         + 0.3 * np.clip(p.jump_arm, 0, None),
     }
     out = {k: v.copy() for k, v in base.items()}
@@ -580,13 +638,19 @@ def _arm_angles(p: _Plan, hand: str, swing_sig: np.ndarray) -> dict[str, np.ndar
             amp_w = np.radians(rng.uniform(28, 40))
             phase = rng.uniform(0, 2 * np.pi) + (np.pi if hand == "R" else 0.0)
             osc = np.pi - abd + np.radians(rng.uniform(-5, 5)) + amp_w * np.sin(2 * np.pi * freq * p.t + phase) * w**2
-            target = {"abd": np.full(n, abd), "flex": np.full(n, np.radians(rng.uniform(0, 15))), "e_side": osc,
-                      "e_flex": np.full(n, np.radians(rng.uniform(0, 10)))}
+            target = {
+                "abd": np.full(n, abd),
+                "flex": np.full(n, np.radians(rng.uniform(0, 15))),
+                "e_side": osc,
+                "e_flex": np.full(n, np.radians(rng.uniform(0, 10))),
+            }
         else:
-            target = {"abd": np.full(n, np.radians(rng.uniform(160, 172))),
-                      "flex": np.full(n, np.radians(rng.uniform(0, 15))),
-                      "e_side": np.full(n, np.radians(rng.uniform(0, 5))),
-                      "e_flex": np.full(n, np.radians(rng.uniform(0, 10)))}
+            target = {
+                "abd": np.full(n, np.radians(rng.uniform(160, 172))),
+                "flex": np.full(n, np.radians(rng.uniform(0, 15))),
+                "e_side": np.full(n, np.radians(rng.uniform(0, 5))),
+                "e_flex": np.full(n, np.radians(rng.uniform(0, 10))),
+            }
         for k in out:
             out[k] = out[k] + w * (target[k] - base[k])
     return out
@@ -729,8 +793,7 @@ def generate(prompt, seed: int, frames: int | None = None) -> Motion:
     local[:, 0] = matmul(turn, local[:, 0])
     root = matvec(turn, root - shift)
     contacts = np.stack([feet["L"][3][sl], feet["R"][3][sl]], axis=-1)
-    return Motion(spec, int(seed), canon, local, body.offsets.copy(), contacts,
-                  info={"root": root, "frames": T})
+    return Motion(spec, int(seed), canon, local, body.offsets.copy(), contacts, info={"root": root, "frames": T})
 
 
 def dataset_seed(seed: int, index: int, k: int = 0) -> int:
@@ -738,12 +801,15 @@ def dataset_seed(seed: int, index: int, k: int = 0) -> int:
     return int(np.random.SeedSequence([int(seed), int(index), int(k)]).generate_state(1, np.uint32)[0])
 
 
-def generate_dataset(rows, clips_per_prompt: int = 1, seed: int = 0, with_joints: bool = True) -> list[dict]:
+def generate_dataset(
+    rows, clips_per_prompt: int = 1, seed: int = 0, with_joints: bool = True, frames: int | None = None
+) -> list[dict]:
     """A pretraining set: for every row (prompt string or split row) ``clips_per_prompt`` clips.
 
     Each item: ``{"prompt", "task", "compose", "actions", "seed", "features": float32 [T − 1, 263]
     (denormalised), "joints": float32 [T, 22, 3]}`` (``joints`` only with ``with_joints``). Clip ``k`` of
-    row ``i`` uses :func:`dataset_seed` ``(seed, i, k)``.
+    row ``i`` uses :func:`dataset_seed` ``(seed, i, k)``. ``frames`` fixes every clip's length (joint frames,
+    see :func:`generate`; a model with a fixed sample shape trains on ``frames − 1`` feature frames).
     """
     if not isinstance(clips_per_prompt, (int, np.integer)) or clips_per_prompt < 1:
         raise ValueError(f"clips_per_prompt must be a positive integer, got {clips_per_prompt!r}")
@@ -752,7 +818,7 @@ def generate_dataset(rows, clips_per_prompt: int = 1, seed: int = 0, with_joints
         spec = spec_of(row)
         for k in range(int(clips_per_prompt)):
             s = dataset_seed(seed, i, k)
-            m = generate(spec, s)
+            m = generate(spec, s, frames=frames)
             item = {"prompt": format_prompt(spec), **spec.to_row(), "seed": s, "features": m.features()}
             if with_joints:
                 item["joints"] = m.joints.astype(np.float32)
@@ -761,6 +827,17 @@ def generate_dataset(rows, clips_per_prompt: int = 1, seed: int = 0, with_joints
 
 
 __all__ = [
-    "GRAVITY", "LENGTHS", "PAD", "THEN_GAP", "Body", "Motion", "clip_frames", "dataset_seed", "generate",
-    "generate_dataset", "sample_body", "smoothstep", "smootherstep",
+    "GRAVITY",
+    "LENGTHS",
+    "PAD",
+    "THEN_GAP",
+    "Body",
+    "Motion",
+    "clip_frames",
+    "dataset_seed",
+    "generate",
+    "generate_dataset",
+    "sample_body",
+    "smoothstep",
+    "smootherstep",
 ]

@@ -36,6 +36,7 @@ RNG: the same on every platform); :func:`split_rule` returns the held-out sets:
 With seed 0: 293 train prompts (5 locomotion, 3 turn, 3 jump, 6 arms, 55 simultaneous, 221 sequence)
 and 62 test prompts (11 simultaneous, 51 sequence).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,8 +51,17 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 SPLITS = ("train", "test")
 
 LEG_ACTIONS: tuple[str, ...] = (
-    "walk_forward", "walk_backward", "walk_left", "walk_right", "run_forward",
-    "turn_left", "turn_right", "turn_around", "jump_1", "jump_2", "jump_3",
+    "walk_forward",
+    "walk_backward",
+    "walk_left",
+    "walk_right",
+    "run_forward",
+    "turn_left",
+    "turn_right",
+    "turn_around",
+    "jump_1",
+    "jump_2",
+    "jump_3",
 )
 ARM_ACTIONS: tuple[str, ...] = ("wave_left", "wave_right", "wave_both", "raise_left", "raise_right", "raise_both")
 ACTIONS: tuple[str, ...] = LEG_ACTIONS + ARM_ACTIONS
@@ -184,7 +194,7 @@ def parse_prompt(prompt: str) -> MotionSpec:
     )
     if not text.startswith("a person "):
         raise err
-    body = text[len("a person "):]
+    body = text[len("a person ") :]
     if body in _CLAUSE_TO_ACTION:
         return MotionSpec((_CLAUSE_TO_ACTION[body],))
     for sep, compose in ((" while ", "while"), (" then ", "then")):
@@ -341,8 +351,29 @@ def write_split(out_dir: Path | None = None, seed: int = SPLIT_SEED) -> dict[str
 
 
 __all__ = [
-    "ACTIONS", "ARM_ACTIONS", "COMPOSITIONS", "LEG_ACTIONS", "PHRASES", "SPLIT_SEED", "TASKS", "THEN_OFFSETS",
-    "MotionSpec", "action_kind", "all_prompts", "enumerate_specs", "format_prompt", "is_leg", "load_split",
-    "make_row", "make_split", "parse_prompt", "spec_of", "split_of", "split_path", "split_rule", "test_rows",
-    "train_rows", "write_split",
+    "ACTIONS",
+    "ARM_ACTIONS",
+    "COMPOSITIONS",
+    "LEG_ACTIONS",
+    "PHRASES",
+    "SPLIT_SEED",
+    "TASKS",
+    "THEN_OFFSETS",
+    "MotionSpec",
+    "action_kind",
+    "all_prompts",
+    "enumerate_specs",
+    "format_prompt",
+    "is_leg",
+    "load_split",
+    "make_row",
+    "make_split",
+    "parse_prompt",
+    "spec_of",
+    "split_of",
+    "split_path",
+    "split_rule",
+    "test_rows",
+    "train_rows",
+    "write_split",
 ]

@@ -55,6 +55,7 @@ not pass as "A while B"); **"A then B"**: A's clause over the first half, B's ov
 ``python -m worlds.motion.judge [--n 40]`` prints the agreement of the judge with the generator's labels
 on clean, noisy and smoothed motions, and its rejection rate of wrong prompts (:func:`measure_agreement`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -235,8 +236,12 @@ def _reversals_while_up(side: np.ndarray, up: np.ndarray) -> int:
 # checks
 # --------------------------------------------------------------------------------------------
 
-_AXES = {"forward": ("forward", 1.0, "left"), "backward": ("forward", -1.0, "left"),
-         "left": ("left", 1.0, "forward"), "right": ("left", -1.0, "forward")}
+_AXES = {
+    "forward": ("forward", 1.0, "left"),
+    "backward": ("forward", -1.0, "left"),
+    "left": ("left", 1.0, "forward"),
+    "right": ("left", -1.0, "forward"),
+}
 
 
 def _hands(which: str) -> tuple[str, ...]:
@@ -272,8 +277,10 @@ def action_checks(action: str, w: dict[str, float]) -> list[tuple[str, bool]]:
         ok = all(w[f"up_{h}"] >= WAVE_UP_FRAC and w[f"reversals_{h}"] >= WAVE_REVERSALS for h in hands)
         checks = [(f"waves {arg}", ok)]
     else:
-        checks = [(f"raises {arg}", all(w[f"up_{h}"] >= RAISE_UP_FRAC for h in hands)),
-                  ("held still", all(w[f"reversals_{h}"] < WAVE_REVERSALS for h in hands))]
+        checks = [
+            (f"raises {arg}", all(w[f"up_{h}"] >= RAISE_UP_FRAC for h in hands)),
+            ("held still", all(w[f"reversals_{h}"] < WAVE_REVERSALS for h in hands)),
+        ]
     if arg != "both":
         other = "right" if arg == "left" else "left"
         checks.append((f"{other} hand down", w[f"up_{other}"] < DOWN_MAX_FRAC))
@@ -290,9 +297,11 @@ def _clause(actions: Sequence[str], w: dict[str, float]) -> list[tuple[str, bool
     if legs and not arms:
         checks.append(("hands down", all(w[f"up_{h}"] < DOWN_MAX_FRAC for h in _HAND_JOINTS)))
     if arms and not legs:
-        checks += [("stands: stays in place", w["distance"] < STAY_MAX_DISPLACEMENT),
-                   ("stands: keeps facing", abs(w["yaw_deg"]) < KEEP_FACING_DEG),
-                   ("stands: no jumps", w["flights"] == 0)]
+        checks += [
+            ("stands: stays in place", w["distance"] < STAY_MAX_DISPLACEMENT),
+            ("stands: keeps facing", abs(w["yaw_deg"]) < KEEP_FACING_DEG),
+            ("stands: no jumps", w["flights"] == 0),
+        ]
     return checks
 
 
@@ -331,8 +340,11 @@ def judge(joints: Any, prompt) -> dict:
         "partial": float(sum(ok)) / len(ok),
         "task": spec.task,
         "checks": [[d, bool(v)] for d, v in checks],
-        "measurements": {"whole": window_stats(sig, 0, n), "first": window_stats(sig, 0, n // 2),
-                         "second": window_stats(sig, n // 2, n)},
+        "measurements": {
+            "whole": window_stats(sig, 0, n),
+            "first": window_stats(sig, 0, n // 2),
+            "second": window_stats(sig, n // 2, n),
+        },
     }
 
 
@@ -409,11 +421,11 @@ def perturb(joints: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarr
     if kind == "clean":
         return joints.copy()
     if kind.startswith("noise_"):
-        sigma = float(kind[len("noise_"):-2]) / 100.0
+        sigma = float(kind[len("noise_") : -2]) / 100.0
         return joints + rng.normal(0.0, sigma, joints.shape)
     if kind.startswith("smooth_"):
         parts = kind.split("+")
-        out = _moving_average(joints, int(parts[0][len("smooth_"):]))
+        out = _moving_average(joints, int(parts[0][len("smooth_") :]))
         return perturb(out, parts[1], rng) if len(parts) > 1 else out
     raise ValueError(f"unknown perturbation {kind!r}; perturbations: {', '.join(PERTURBATIONS)}")
 
@@ -475,8 +487,9 @@ def measure_every(clips_per_prompt: int = 1, seed: int = 0) -> dict[str, dict[st
             c[1] += 1
             c[2] += sum(not all(v for _, v in check_spec(sig, neg)) for _, neg in negs)
             c[3] += len(negs)
-    return {t: {"pos": c[0] / c[1], "neg": c[2] / c[3], "clips": c[1], "wrong_prompts": c[3]}
-            for t, c in counts.items()}
+    return {
+        t: {"pos": c[0] / c[1], "neg": c[2] / c[3], "clips": c[1], "wrong_prompts": c[3]} for t, c in counts.items()
+    }
 
 
 def format_table(table: dict[str, dict[str, dict[str, float]]]) -> str:
@@ -502,19 +515,47 @@ def _main(argv: Sequence[str] | None = None) -> None:
     print("cells: generated clips judged strict=1 against their own prompt / against a wrong prompt judged strict=0")
     print(format_table(measure_agreement(args.n, args.seed)))
     if args.every:
-        print(f"\nevery prompt x {args.every} clean clips; pos = strict 1 on its prompt, neg = strict 0 on every "
-              "wrong prompt (mismatches)")
+        print(
+            f"\nevery prompt x {args.every} clean clips; pos = strict 1 on its prompt, neg = strict 0 on every "
+            "wrong prompt (mismatches)"
+        )
         print("| task | clips | pos | wrong prompts | neg |\n|---|---|---|---|---|")
         for t, r in measure_every(args.every, args.seed).items():
             print(f"| {t} | {r['clips']} | {r['pos']:.4f} | {r['wrong_prompts']} | {r['neg']:.4f} |")
 
 
 __all__ = [
-    "ACTIONS", "DOWN_MAX_FRAC", "END_FRAMES", "FLIGHT_HEIGHT", "FLIGHT_MIN_FRAMES", "KEEP_FACING_DEG",
-    "MIN_DISPLACEMENT", "PERTURBATIONS", "RAISE_UP_FRAC", "REVERSAL_TRAVEL", "RUN_MIN_SPEED", "SPEED_SMOOTH",
-    "STAY_MAX_DISPLACEMENT", "TURN_DEG", "TURN_TOL_DEG", "WALK_MAX_SPEED", "WAVE_REVERSALS", "WAVE_UP_FRAC",
-    "action_checks", "check_spec", "count_flights", "count_reversals", "format_table", "judge", "judge_features",
-    "measure_agreement", "measure_every", "mismatches", "perturb", "signals", "window_stats",
+    "ACTIONS",
+    "DOWN_MAX_FRAC",
+    "END_FRAMES",
+    "FLIGHT_HEIGHT",
+    "FLIGHT_MIN_FRAMES",
+    "KEEP_FACING_DEG",
+    "MIN_DISPLACEMENT",
+    "PERTURBATIONS",
+    "RAISE_UP_FRAC",
+    "REVERSAL_TRAVEL",
+    "RUN_MIN_SPEED",
+    "SPEED_SMOOTH",
+    "STAY_MAX_DISPLACEMENT",
+    "TURN_DEG",
+    "TURN_TOL_DEG",
+    "WALK_MAX_SPEED",
+    "WAVE_REVERSALS",
+    "WAVE_UP_FRAC",
+    "action_checks",
+    "check_spec",
+    "count_flights",
+    "count_reversals",
+    "format_table",
+    "judge",
+    "judge_features",
+    "measure_agreement",
+    "measure_every",
+    "mismatches",
+    "perturb",
+    "signals",
+    "window_stats",
 ]
 
 

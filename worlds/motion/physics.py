@@ -21,6 +21,7 @@ score 0.9–1 (their jerk stays below ≈ 2e5 m²/s⁶ — running is the highes
 jerk (score ≈ 0.4), and a clip gliding at 1 m/s scores ≈ 0.13.
 Measured numbers (``python -m worlds.motion.physics --n 200``): ``worlds/motion/README.md``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -121,8 +122,9 @@ def measure(n: int = 100, seed: int = 0) -> dict[str, dict[str, tuple[float, flo
             for k in METRICS:
                 vals[c][k].append(m[k])
             vals[c]["score"].append(float(physics_score(m)))
-    return {c: {k: (float(np.mean(v)), float(np.min(v)), float(np.max(v))) for k, v in d.items()}
-            for c, d in vals.items()}
+    return {
+        c: {k: (float(np.mean(v)), float(np.min(v)), float(np.max(v))) for k, v in d.items()} for c, d in vals.items()
+    }
 
 
 def _main(argv=None) -> None:
@@ -143,7 +145,13 @@ def _main(argv=None) -> None:
 
 
 __all__ = [
-    "CONTACT_HEIGHT", "LAMBDA_JERK", "LAMBDA_SKATE", "METRICS", "PENETRATION_TOL", "measure", "physics_metrics",
+    "CONTACT_HEIGHT",
+    "LAMBDA_JERK",
+    "LAMBDA_SKATE",
+    "METRICS",
+    "PENETRATION_TOL",
+    "measure",
+    "physics_metrics",
     "physics_score",
 ]
 

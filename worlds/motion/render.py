@@ -9,6 +9,7 @@ horizontally (ground ticks every 0.5 m show the travel):
 Bones are drawn left side blue, right side red, spine and head dark grey; joints are dots. Files are
 written atomically (a temporary file in the target directory, then ``os.replace``).
 """
+
 from __future__ import annotations
 
 import os
@@ -112,24 +113,34 @@ def stick_figure_gif(joints: Any, path: str | os.PathLike, fps: float = FPS, tit
     return _atomic_save(path, save)
 
 
-def filmstrip_png(joints: Any, path: str | os.PathLike, n: int = 8, title: str = "") -> Path:
-    """Write a PNG of ``n`` evenly spaced frames (first to last), one row per view; returns the path."""
+def filmstrip_image(joints: Any, n: int = 8, title: str = "", views: str = "both"):
+    """PIL image of ``n`` evenly spaced frames (first to last): a row per view (``views`` "both", "side", "front")."""
     from PIL import Image, ImageDraw
 
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive integer (frames in the strip), got {n!r}")
+    if views not in ("both", "side", "front"):
+        raise ValueError(f"views must be 'both', 'side' or 'front', got {views!r}")
     j = _joints(joints)
     idx = np.unique(np.linspace(0, len(j) - 1, int(n)).round().astype(int))
+    rows = [(2, "side"), (0, "front")] if views == "both" else [(2, "side")] if views == "side" else [(0, "front")]
     top = 14 if title else 0
     w, h = PANEL
-    img = Image.new("RGB", (w * len(idx), 2 * h + top), (255, 255, 255))
+    img = Image.new("RGB", (w * len(idx), len(rows) * h + top), (255, 255, 255))
     for k, t in enumerate(idx):
         pose = j[t]
-        img.paste(_panel(pose, 2, float(pose[0, 2]), f"side  t={t}"), (k * w, top))
-        img.paste(_panel(pose, 0, float(pose[0, 0]), "front"), (k * w, top + h))
+        for r, (axis, name) in enumerate(rows):
+            label = f"{name}  t={t}" if r == 0 else name
+            img.paste(_panel(pose, axis, float(pose[0, axis]), label), (k * w, top + r * h))
     if title:
         ImageDraw.Draw(img).text((4, 1), title[:120], fill=(0, 0, 0))
+    return img
+
+
+def filmstrip_png(joints: Any, path: str | os.PathLike, n: int = 8, title: str = "") -> Path:
+    """Write a PNG of ``n`` evenly spaced frames (first to last), one row per view; returns the path."""
+    img = filmstrip_image(joints, n, title)
     return _atomic_save(path, lambda tmp: img.save(tmp, format="PNG"))
 
 
-__all__ = ["PANEL", "SCALE", "filmstrip_png", "render_frame", "stick_figure_gif"]
+__all__ = ["PANEL", "SCALE", "filmstrip_image", "filmstrip_png", "render_frame", "stick_figure_gif"]

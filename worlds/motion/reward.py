@@ -27,6 +27,7 @@ the cosine of the prompt's and the sample's embeddings under the shipped text–
 NaN, invalid sample -> -1; ``info`` per sample: ``task``, ``cosine`` (and ``cosine_first`` /
 ``cosine_second`` when dense). The evaluator is loaded (torch) when the reward is built, not on import.
 """
+
 from __future__ import annotations
 
 from typing import Any

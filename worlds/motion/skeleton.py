@@ -30,6 +30,7 @@ Two forward-kinematics conventions live here:
   the unit vector :data:`RAW_OFFSETS` ``[c]``; the swing is the shortest arc (no twist) and every
   chain restarts from the root rotation. These are the rotations in the 263-dim features.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,24 +40,90 @@ FPS = 20
 #: number of joints
 N_JOINTS = 22
 JOINT_NAMES: tuple[str, ...] = (
-    "pelvis", "left_hip", "right_hip", "spine1", "left_knee", "right_knee", "spine2", "left_ankle",
-    "right_ankle", "spine3", "left_foot", "right_foot", "neck", "left_collar", "right_collar", "head",
-    "left_shoulder", "right_shoulder", "left_elbow", "right_elbow", "left_wrist", "right_wrist",
+    "pelvis",
+    "left_hip",
+    "right_hip",
+    "spine1",
+    "left_knee",
+    "right_knee",
+    "spine2",
+    "left_ankle",
+    "right_ankle",
+    "spine3",
+    "left_foot",
+    "right_foot",
+    "neck",
+    "left_collar",
+    "right_collar",
+    "head",
+    "left_shoulder",
+    "right_shoulder",
+    "left_elbow",
+    "right_elbow",
+    "left_wrist",
+    "right_wrist",
 )
-(PELVIS, L_HIP, R_HIP, SPINE1, L_KNEE, R_KNEE, SPINE2, L_ANKLE, R_ANKLE, SPINE3, L_FOOT, R_FOOT, NECK,
- L_COLLAR, R_COLLAR, HEAD, L_SHOULDER, R_SHOULDER, L_ELBOW, R_ELBOW, L_WRIST, R_WRIST) = range(N_JOINTS)
+(
+    PELVIS,
+    L_HIP,
+    R_HIP,
+    SPINE1,
+    L_KNEE,
+    R_KNEE,
+    SPINE2,
+    L_ANKLE,
+    R_ANKLE,
+    SPINE3,
+    L_FOOT,
+    R_FOOT,
+    NECK,
+    L_COLLAR,
+    R_COLLAR,
+    HEAD,
+    L_SHOULDER,
+    R_SHOULDER,
+    L_ELBOW,
+    R_ELBOW,
+    L_WRIST,
+    R_WRIST,
+) = range(N_JOINTS)
 
 #: HumanML3D's ``t2m_kinematic_chain``: right leg, left leg, spine, right arm, left arm
 KINEMATIC_CHAIN: tuple[tuple[int, ...], ...] = (
-    (0, 2, 5, 8, 11), (0, 1, 4, 7, 10), (0, 3, 6, 9, 12, 15), (9, 14, 17, 19, 21), (9, 13, 16, 18, 20),
+    (0, 2, 5, 8, 11),
+    (0, 1, 4, 7, 10),
+    (0, 3, 6, 9, 12, 15),
+    (9, 14, 17, 19, 21),
+    (9, 13, 16, 18, 20),
 )
 #: parent of each joint (-1 for the pelvis)
 PARENTS: tuple[int, ...] = (-1, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 12, 13, 14, 16, 17, 18, 19)
 #: HumanML3D's ``t2m_raw_offsets``: the rest direction of the bone ending at each joint
 RAW_OFFSETS = np.array(
-    [[0, 0, 0], [1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0], [0, -1, 0], [0, 1, 0], [0, -1, 0], [0, -1, 0],
-     [0, 1, 0], [0, 0, 1], [0, 0, 1], [0, 1, 0], [1, 0, 0], [-1, 0, 0], [0, 0, 1], [0, -1, 0], [0, -1, 0],
-     [0, -1, 0], [0, -1, 0], [0, -1, 0], [0, -1, 0]],
+    [
+        [0, 0, 0],
+        [1, 0, 0],
+        [-1, 0, 0],
+        [0, 1, 0],
+        [0, -1, 0],
+        [0, -1, 0],
+        [0, 1, 0],
+        [0, -1, 0],
+        [0, -1, 0],
+        [0, 1, 0],
+        [0, 0, 1],
+        [0, 0, 1],
+        [0, 1, 0],
+        [1, 0, 0],
+        [-1, 0, 0],
+        [0, 0, 1],
+        [0, -1, 0],
+        [0, -1, 0],
+        [0, -1, 0],
+        [0, -1, 0],
+        [0, -1, 0],
+        [0, -1, 0],
+    ],
     dtype=np.float64,
 )
 #: rest offsets of the MotionWorld adult (metres; see the module docstring)
@@ -157,9 +224,15 @@ def quat_to_matrix(q: np.ndarray) -> np.ndarray:
     w, x, y, z = np.moveaxis(q, -1, 0)
     m = np.stack(
         [
-            1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-            2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-            2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
+            1 - 2 * (y * y + z * z),
+            2 * (x * y - w * z),
+            2 * (x * z + w * y),
+            2 * (x * y + w * z),
+            1 - 2 * (x * x + z * z),
+            2 * (y * z - w * x),
+            2 * (x * z - w * y),
+            2 * (y * z + w * x),
+            1 - 2 * (x * x + y * y),
         ],
         axis=-1,
     )
@@ -287,11 +360,13 @@ def t2m_inverse_kinematics(joints: np.ndarray, root_quat: np.ndarray) -> np.ndar
     child = np.array([c for chain in KINEMATIC_CHAIN for c in chain[1:]])  # the 21 bones' end joints
     start = np.array([a for chain in KINEMATIC_CHAIN for a in chain[:-1]])
     first = np.array([i == 0 for chain in KINEMATIC_CHAIN for i in range(len(chain) - 1)])
-    swing = quat_between(np.broadcast_to(RAW_OFFSETS[child], joints[:, child].shape),
-                         joints[:, child] - joints[:, start])  # [T, 21, 4] global swings s_c
+    swing = quat_between(
+        np.broadcast_to(RAW_OFFSETS[child], joints[:, child].shape), joints[:, child] - joints[:, start]
+    )  # [T, 21, 4] global swings s_c
     index = {c: k for k, c in enumerate(child)}
-    prev = np.where(first[None, :, None], np.asarray(root_quat)[:, None, :],
-                    swing[:, [index.get(a, 0) for a in start]])  # [T, 21, 4]: R before each bone
+    prev = np.where(
+        first[None, :, None], np.asarray(root_quat)[:, None, :], swing[:, [index.get(a, 0) for a in start]]
+    )  # [T, 21, 4]: R before each bone
     quats = np.zeros(joints.shape[:-1] + (4,))
     quats[:, 0] = root_quat
     quats[:, child] = quat_mul(quat_inv(prev), swing)
@@ -329,8 +404,33 @@ def bone_lengths(joints: np.ndarray) -> np.ndarray:
 
 
 __all__ = [
-    "BONES", "CONTACT_JOINTS", "FACE_JOINTS", "FPS", "JOINT_NAMES", "KINEMATIC_CHAIN", "MIRROR", "N_JOINTS",
-    "PARENTS", "RAW_OFFSETS", "REST_OFFSETS", "bone_lengths", "cont6d_to_matrix", "forward_kinematics",
-    "matrix_to_cont6d", "matmul", "matvec", "quat_between", "quat_fix", "quat_inv", "quat_mul", "quat_rotate",
-    "quat_to_matrix", "rot_x", "rot_y", "rot_z", "t2m_forward_kinematics", "t2m_inverse_kinematics", "yaw_of",
+    "BONES",
+    "CONTACT_JOINTS",
+    "FACE_JOINTS",
+    "FPS",
+    "JOINT_NAMES",
+    "KINEMATIC_CHAIN",
+    "MIRROR",
+    "N_JOINTS",
+    "PARENTS",
+    "RAW_OFFSETS",
+    "REST_OFFSETS",
+    "bone_lengths",
+    "cont6d_to_matrix",
+    "forward_kinematics",
+    "matrix_to_cont6d",
+    "matmul",
+    "matvec",
+    "quat_between",
+    "quat_fix",
+    "quat_inv",
+    "quat_mul",
+    "quat_rotate",
+    "quat_to_matrix",
+    "rot_x",
+    "rot_y",
+    "rot_z",
+    "t2m_forward_kinematics",
+    "t2m_inverse_kinematics",
+    "yaw_of",
 ]
