@@ -3,12 +3,12 @@
     python scripts/train.py --config config/edit.py:quick   # ≈ 15 min on a 2-core CPU (estimate)
     python scripts/train.py --config config/edit.py:long    # hours
 
-Rows: `shapes_edit_train` (a source render, an instruction — recolor / add / remove / move — the target
+Rows: ``shapes_edit_train`` (a source render, an instruction — recolor / add / remove / move — the target
 described for the ShapesWorld judge, the objects the edit must leave in place, and one valid target render as
-`ground_truth`), balanced over edit types; evaluation on `shapes_edit_test` (edits into or out of held-out
+``ground_truth``), balanced over edit types; evaluation on ``shapes_edit_test`` (edits into or out of held-out
 compositions), 24 deterministic samples per edit type (eval/success/<type>, eval/strict/<type>,
-eval/preservation/<type>). Reward: `edit` with score "mix" = (partial + preservation) / 2 (dense; both halves
-needed); the headline metric is `eval/group_mean/success`.
+eval/preservation/<type>). Reward: ``edit`` with score "mix" = (partial + preservation) / 2 (dense; both halves
+needed); the headline metric is ``eval/group_mean/success``.
 
 Supervised mixing (fields the trainer reads once it mixes a supervised loss in): a lighter "staged" schedule
 than restoration's — the ground truth of an add / move is one valid target among many, so the supervised term

@@ -3,20 +3,20 @@
     python scripts/train.py --config config/restore.py:quick   # ≈ 15 min on a 2-core CPU (estimate)
     python scripts/train.py --config config/restore.py:long    # hours
 
-Rows: `shapes_restore_train` (a degraded ShapesWorld render as `source_image`, the clean one as `ground_truth`,
-the degradation in `degradation`; the fixed instruction "restore the image"), balanced over the degradation
-kinds; evaluation on `shapes_restore_test` (held-out compositions and a held-out level of every kind), 8
-deterministic samples per degradation level, grouped by `degradation_name` (eval/ssim/<level>, eval/psnr/<level>).
-Reward: `psnr_ssim` = 0.5·min(PSNR, 40 dB)/40 dB + 0.5·SSIM against the ground truth.
+Rows: ``shapes_restore_train`` (a degraded ShapesWorld render as ``source_image``, the clean one as ``ground_truth``,
+the degradation in ``degradation``; the fixed instruction "restore the image"), balanced over the degradation
+kinds; evaluation on ``shapes_restore_test`` (held-out compositions and a held-out level of every kind), 8
+deterministic samples per degradation level, grouped by ``degradation_name`` (eval/ssim/<level>, eval/psnr/<level>).
+Reward: ``psnr_ssim`` = 0.5·min(PSNR, 40 dB)/40 dB + 0.5·SSIM against the ground truth.
 
 Supervised mixing (fields the trainer reads once it mixes a supervised loss in; see ddpo_grpo/schedules.py):
-"staged" — 2 epochs of the supervised loss alone (regressing the ground truth through `policy.forward_process`),
+"staged" — 2 epochs of the supervised loss alone (regressing the ground truth through ``policy.forward_process``),
 a 4-epoch hand-over, then GRPO with λ_sup ≥ 0.1; a data-consistency term ‖D(x̂) − y‖² with each row's own
-degradation D (`train.degradation = "row"`, ddpo_grpo/degradations.py) at weight 0.1.
+degradation D (``train.degradation = "row"``, ddpo_grpo/degradations.py) at weight 0.1.
 
 Sampling: DDIM η = 1 on a 4-step window placed at random in the 10 steps (fine detail is decided late, layout
 early; a random window trains both), text guidance s_T = sample.guidance_scale and image guidance
-s_I = sample.image_guidance_scale as the pipeline computes them. `sample.share_group_noise`: every row's prompt
+s_I = sample.image_guidance_scale as the pipeline computes them. ``sample.share_group_noise``: every row's prompt
 is the same instruction, and the trainer keys groups by prompt — with shared noise each group keeps its own key
 (advantages.group_keys), so groups of different source images are never pooled.
 """

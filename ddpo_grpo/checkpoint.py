@@ -21,6 +21,7 @@ checkpoint (:class:`NonFiniteError`, naming the tensor), and the previous checkp
 :class:`CorruptCheckpointError` naming the file that is missing, truncated or unreadable, and
 :func:`load_latest` falls back from a corrupt newest checkpoint to the previous complete one.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ import re
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ _STEM_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TMP_PREFIX = ".tmp-"
 _OLD_PREFIX = ".old-"
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 FILES_KEY = "_files"  # state.json entry: file name -> size in bytes, of every other file of the checkpoint
 
 
@@ -94,7 +95,7 @@ def _is_complete(path: Path) -> bool:
     return path.is_dir() and _CKPT_RE.match(path.name) is not None and (path / STATE_FILE).is_file()
 
 
-def list_checkpoints(root: PathLike) -> List[Path]:
+def list_checkpoints(root: PathLike) -> list[Path]:
     """Complete checkpoint dirs under ``root`` (a run dir or its ``checkpoints/``), oldest first."""
     root = Path(root)
     if (root / CHECKPOINTS_DIRNAME).is_dir():
@@ -116,7 +117,7 @@ def _cleanup_leftovers(root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
     for p in root.iterdir():
         if p.name.startswith(_OLD_PREFIX):
-            name = p.name[len(_OLD_PREFIX):].rsplit("-", 1)[0]
+            name = p.name[len(_OLD_PREFIX) :].rsplit("-", 1)[0]
             target = root / name
             if _CKPT_RE.match(name) and not target.exists() and (p / STATE_FILE).is_file():
                 os.rename(p, target)
@@ -136,7 +137,7 @@ def _remove_dir_safely(path: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _prepare_tensors(stem: str, sd: Dict[str, Any]) -> Dict[str, Any]:
+def _prepare_tensors(stem: str, sd: dict[str, Any]) -> dict[str, Any]:
     """Detach/CPU/contiguous copies; clone tensors whose storage was already used (safetensors forbids sharing)."""
     import torch
 
@@ -161,9 +162,9 @@ def _prepare_tensors(stem: str, sd: Dict[str, Any]) -> Dict[str, Any]:
 def _write_contents(
     tmp: Path,
     epoch: int,
-    tensors: Dict[str, Dict[str, Any]],
-    optimizer_state: Optional[dict],
-    state: Dict[str, Any],
+    tensors: dict[str, dict[str, Any]],
+    optimizer_state: dict | None,
+    state: dict[str, Any],
 ) -> None:
     """Write all checkpoint files into ``tmp`` (state.json last) and fsync them."""
     import torch
@@ -242,10 +243,10 @@ def save_checkpoint(
     run_dir: PathLike,
     epoch: int,
     *,
-    tensors: Dict[str, Dict[str, Any]],
-    optimizer_state: Optional[dict],
-    state: Dict[str, Any],
-    keep_last: Optional[int] = None,
+    tensors: dict[str, dict[str, Any]],
+    optimizer_state: dict | None,
+    state: dict[str, Any],
+    keep_last: int | None = None,
 ) -> Path:
     """Atomically write ``<run_dir>/checkpoints/epoch_{epoch:06d}`` and prune old ones.
 
@@ -292,8 +293,7 @@ def find_checkpoint(path: PathLike) -> Path:
     """
     p = Path(path).expanduser()
     expected = (
-        "pass a checkpoint dir (containing state.json), a run dir (containing checkpoints/), "
-        "or a checkpoints/ dir"
+        "pass a checkpoint dir (containing state.json), a run dir (containing checkpoints/), or a checkpoints/ dir"
     )
     if not p.exists():
         raise FileNotFoundError(f"checkpoint path {str(p)!r} does not exist; {expected}")
@@ -311,7 +311,7 @@ def find_checkpoint(path: PathLike) -> Path:
     return found[-1]
 
 
-def load_checkpoint(ckpt_dir: PathLike) -> Dict[str, Any]:
+def load_checkpoint(ckpt_dir: PathLike) -> dict[str, Any]:
     """Load a checkpoint (any path accepted by :func:`find_checkpoint`).
 
     Returns ``{"tensors": {stem: state dict}, "optimizer_state": dict | None, "state": dict, "path": Path}``.
@@ -332,8 +332,9 @@ def load_checkpoint(ckpt_dir: PathLike) -> Dict[str, Any]:
         if not (d / name).is_file():
             raise CorruptCheckpointError(d, name, "missing")
         if (d / name).stat().st_size != size:
-            raise CorruptCheckpointError(d, name, f"truncated or altered ({(d / name).stat().st_size} bytes, "
-                                                  f"{size} when saved)")
+            raise CorruptCheckpointError(
+                d, name, f"truncated or altered ({(d / name).stat().st_size} bytes, {size} when saved)"
+            )
     tensors = {}
     for f in sorted(d.glob(f"*{TENSOR_SUFFIX}")):
         try:
@@ -350,7 +351,7 @@ def load_checkpoint(ckpt_dir: PathLike) -> Dict[str, Any]:
     return {"tensors": tensors, "optimizer_state": optimizer_state, "state": state, "path": d}
 
 
-def load_latest(path: PathLike, log=print) -> Dict[str, Any]:
+def load_latest(path: PathLike, log=print) -> dict[str, Any]:
     """:func:`load_checkpoint` of ``path``; for a run (or ``checkpoints/``) directory whose newest checkpoint
     is corrupt, fall back to the previous complete one, logging which file was wrong.
 
@@ -371,8 +372,10 @@ def load_latest(path: PathLike, log=print) -> Dict[str, Any]:
         for stem, sd in loaded["tensors"].items():
             bad = [k for k, t in sd.items() if t.is_floating_point() and not bool(t.isfinite().all())]
             if bad:
-                raise NonFiniteError(f"checkpoint {candidate}: {stem}{TENSOR_SUFFIX} holds non-finite values "
-                                     f"({bad[0]!r}); resume from an earlier checkpoint of the run")
+                raise NonFiniteError(
+                    f"checkpoint {candidate}: {stem}{TENSOR_SUFFIX} holds non-finite values "
+                    f"({bad[0]!r}); resume from an earlier checkpoint of the run"
+                )
         return loaded
     raise AssertionError("unreachable")
 
@@ -382,13 +385,13 @@ def load_latest(path: PathLike, log=print) -> Dict[str, Any]:
 # ---------------------------------------------------------------------------
 
 
-def rng_state() -> Dict[str, Any]:
+def rng_state() -> dict[str, Any]:
     """JSON-serialisable snapshot of python ``random``, numpy global, torch CPU (and CUDA) RNGs."""
     import torch
 
     py_version, py_internal, py_gauss = random.getstate()
     np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
-    out: Dict[str, Any] = {
+    out: dict[str, Any] = {
         "python": [py_version, list(py_internal), py_gauss],
         "numpy": [np_name, np.asarray(np_keys).tolist(), int(np_pos), int(np_has_gauss), float(np_cached)],
         "torch": torch.get_rng_state().tolist(),
@@ -398,7 +401,7 @@ def rng_state() -> Dict[str, Any]:
     return out
 
 
-def set_rng_state(d: Dict[str, Any]) -> None:
+def set_rng_state(d: dict[str, Any]) -> None:
     """Restore RNG states captured by :func:`rng_state` (missing entries are left alone)."""
     import torch
 
@@ -416,7 +419,8 @@ def set_rng_state(d: Dict[str, Any]) -> None:
         if len(states) != n:
             warnings.warn(
                 f"checkpoint has CUDA RNG states for {len(states)} devices, this machine has {n}; "
-                f"restoring the first {min(n, len(states))}"
+                f"restoring the first {min(n, len(states))}",
+                stacklevel=2,
             )
         for i, s in enumerate(states[:n]):
             torch.cuda.set_rng_state(torch.tensor(s, dtype=torch.uint8), device=i)
@@ -427,8 +431,9 @@ def set_rng_state(d: Dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------
 
 
-def load_state_dict_checked(module, state_dict: Dict[str, Any], *, strict: bool = True,
-                            source: str = "state dict") -> Dict[str, Any]:
+def load_state_dict_checked(
+    module, state_dict: dict[str, Any], *, strict: bool = True, source: str = "state dict"
+) -> dict[str, Any]:
     """Load ``state_dict`` into ``module``, reporting every key that does not match; refused unless ``strict=False``.
 
     Compares the keys and shapes of ``state_dict`` with ``module.state_dict()``:
@@ -445,8 +450,11 @@ def load_state_dict_checked(module, state_dict: Dict[str, Any], *, strict: bool 
     own = module.state_dict()
     missing = sorted(k for k in own if k not in state_dict)
     unexpected = sorted(k for k in state_dict if k not in own)
-    mismatched = sorted((k, tuple(state_dict[k].shape), tuple(own[k].shape)) for k in state_dict
-                        if k in own and tuple(state_dict[k].shape) != tuple(own[k].shape))
+    mismatched = sorted(
+        (k, tuple(state_dict[k].shape), tuple(own[k].shape))
+        for k in state_dict
+        if k in own and tuple(state_dict[k].shape) != tuple(own[k].shape)
+    )
     bad = {k for k, _, _ in mismatched}
     loadable = {k: v for k, v in state_dict.items() if k in own and k not in bad}
     report = {"loaded": sorted(loadable), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
@@ -456,7 +464,9 @@ def load_state_dict_checked(module, state_dict: Dict[str, Any], *, strict: bool 
             if items:
                 shown = ", ".join(f"{i[0]} {i[1]}→{i[2]}" if isinstance(i, tuple) else i for i in items[:5])
                 parts.append(f"{len(items)} {label} ({shown}{', …' if len(items) > 5 else ''})")
-        raise ValueError(f"{source} does not match {type(module).__name__}: {'; '.join(parts)}. Load it with "
-                         f"strict=False to take the {len(loadable)} matching keys and keep the others as they are")
+        raise ValueError(
+            f"{source} does not match {type(module).__name__}: {'; '.join(parts)}. Load it with "
+            f"strict=False to take the {len(loadable)} matching keys and keep the others as they are"
+        )
     module.load_state_dict(loadable, strict=False)
     return report

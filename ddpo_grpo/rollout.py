@@ -1,4 +1,4 @@
-"""The sampling loop that records a `Rollout`: every denoising transition with its log-prob.
+"""The sampling loop that records a ``Rollout``: every denoising transition with its log-prob.
 
 A rollout of T steps stores, per sample,
     latents      x_0 … x_T  (x_0 = initial noise, x_T = final latent), each once: [B, T+1, C, h, w]
@@ -14,11 +14,11 @@ A rollout of T steps stores, per sample,
 Note the index convention: here j counts sampling steps forward (j = 0 is the noisiest), unlike the
 diffusion papers' t which counts down.
 
-Which steps are stochastic and trained (`StepPlan`):
+Which steps are stochastic and trained (``StepPlan``):
 - all steps (default);
 - a fraction of them: the first ⌈f·S⌉ stochastic steps, or a random subset of that size per sample;
 - an SDE window (Flow-GRPO-Fast): a window of w consecutive steps placed at a random start in
-  `window_range`; only those steps use the SDE (noise_level > 0) and only they are trained, the rest
+  ``window_range``; only those steps use the SDE (noise_level > 0) and only they are trained, the rest
   are deterministic ODE steps.
 Steps whose transition std is 0 (e.g. the last CPS step) are deterministic and never trained.
 """
@@ -53,8 +53,8 @@ class Rollout:
     def num_steps(self) -> int:
         return int(self.log_probs.shape[1])
 
-    def select(self, index) -> "Rollout":
-        """Sub-rollout of the samples in `index` (a LongTensor or list of sample indices)."""
+    def select(self, index) -> Rollout:
+        """Sub-rollout of the samples in ``index`` (a LongTensor or list of sample indices)."""
         index = torch.as_tensor(index, dtype=torch.long)
         picked = {}
         for f in fields(self):
@@ -68,7 +68,7 @@ class Rollout:
         return Rollout(**picked)
 
     @staticmethod
-    def cat(rollouts: list["Rollout"]) -> "Rollout":
+    def cat(rollouts: list[Rollout]) -> Rollout:
         """Concatenate rollouts along the sample axis (K is padded to the longest train_steps)."""
         k = max(r.train_steps.shape[1] for r in rollouts)
         rollouts = [r._pad_train_steps(k) for r in rollouts]
@@ -83,14 +83,16 @@ class Rollout:
                 joined[f.name] = [item for v in values for item in v]
         return Rollout(**joined)
 
-    def _pad_train_steps(self, k: int) -> "Rollout":
+    def _pad_train_steps(self, k: int) -> Rollout:
         pad = k - self.train_steps.shape[1]
         if pad == 0:
             return self
         b = len(self)
         steps = torch.cat([self.train_steps, self.train_steps.new_zeros(b, pad)], dim=1)
         mask = torch.cat([self.train_mask, self.train_mask.new_zeros(b, pad)], dim=1)
-        return Rollout(**{**{f.name: getattr(self, f.name) for f in fields(self)}, "train_steps": steps, "train_mask": mask})
+        return Rollout(
+            **{**{f.name: getattr(self, f.name) for f in fields(self)}, "train_steps": steps, "train_mask": mask}
+        )
 
 
 @dataclass
@@ -163,7 +165,7 @@ def sample_rollout(
     negative_prompt: str = "",
     autocast=None,
 ) -> Rollout:
-    """Sample one batch with `model` (the policy's denoiser, possibly wrapped) and record everything.
+    """Sample one batch with ``model`` (the policy's denoiser, possibly wrapped) and record everything.
 
     rows: dataset rows with a "prompt" key; seeds: one initial-noise seed per row; generator: the
     step-noise generator (on the policy's device); rng: numpy generator for window placement and
@@ -224,13 +226,18 @@ def transition_inputs(rollout: Rollout, k: int):
     """Everything needed to re-score the k-th trained transition of every sample.
 
     Returns (x_j [B,C,h,w], timesteps [B], x_{j+1} [B,C,h,w], kernel args name -> [B], noise levels [B],
-    j [B] step indices, valid [B] bool). The trainer feeds these to `policy.predict` and
-    `policy.step(..., prev_sample=x_{j+1})`, the same calls the sampler made.
+    j [B] step indices, valid [B] bool). The trainer feeds these to ``policy.predict`` and
+    ``policy.step(..., prev_sample=x_{j+1})``, the same calls the sampler made.
     """
     j = rollout.train_steps[:, k]  # [B]
     rows = torch.arange(len(rollout), device=j.device)
     args = {name: v[rows, j] for name, v in rollout.kernel_args.items()}
     return (
-        rollout.latents[rows, j], rollout.timesteps[rows, j], rollout.latents[rows, j + 1], args,
-        rollout.noise_levels[rows, j], j, rollout.train_mask[:, k],
+        rollout.latents[rows, j],
+        rollout.timesteps[rows, j],
+        rollout.latents[rows, j + 1],
+        args,
+        rollout.noise_levels[rows, j],
+        j,
+        rollout.train_mask[:, k],
     )

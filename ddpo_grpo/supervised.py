@@ -5,19 +5,19 @@ Loss of one minibatch of rows (the rollout's samples' rows, or the epoch's rows 
     λ_sup · L_sup + λ_pg · L_pg  (+ λ_cons · L_cons)
 
 1. L_sup, the model's own pretraining loss on the rows' (condition, ground truth) pairs: the ground truth
-   (row field `train.sup_key`) encoded to the clean latent x0, noised to a uniform level u
-   (`policy.forward_process`), and mean_d (f_θ(x_u, u, c) − y*)² with the conditional prediction f_θ.
-   Rows without a ground truth are skipped for this term and counted (`train/sup_skipped`).
-2. L_cons (optional, `train.consistency_weight` > 0), data consistency: the prediction's clean image
-   x̂ = decode(x̂0(f_θ, x_u, u)) degraded by the row's degradation D (`train.degradation`: "row" = each row's
-   `degradation` field, or one spec for all; `ddpo_grpo.degradations`) should reproduce the observed input
+   (row field ``train.sup_key``) encoded to the clean latent x0, noised to a uniform level u
+   (``policy.forward_process``), and mean_d (f_θ(x_u, u, c) − y*)² with the conditional prediction f_θ.
+   Rows without a ground truth are skipped for this term and counted (``train/sup_skipped``).
+2. L_cons (optional, ``train.consistency_weight`` > 0), data consistency: the prediction's clean image
+   x̂ = decode(x̂0(f_θ, x_u, u)) degraded by the row's degradation D (``train.degradation``: "row" = each row's
+   ``degradation`` field, or one spec for all; ``ddpo_grpo.degradations``) should reproduce the observed input
    y, the row's source image: mean (D(x̂) − y)².
-3. (λ_sup, λ_pg) per epoch come from `ddpo_grpo.schedules.loss_weights` (constant, linear decay, or the
+3. (λ_sup, λ_pg) per epoch come from ``ddpo_grpo.schedules.loss_weights`` (constant, linear decay, or the
    staged recipe: supervised only → hand-over → GRPO with a floor on λ_sup); λ_pg scales the objective of
-   `updates.py`.
+   ``updates.py``.
 
-The term is the family's: it needs `policy.supervised_batch(rows, key=…)` (image-conditioned adapters
-provide it) and, for the consistency term, `policy.predicted_x0` and `policy.source_images`.
+The term is the family's: it needs ``policy.supervised_batch(rows, key=…)`` (image-conditioned adapters
+provide it) and, for the consistency term, ``policy.predicted_x0`` and ``policy.source_images``.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class SupervisedTerm:
         self.calls = 0
 
     def backward(self, rows: list[dict], *, lam_sup: float, epoch: int, sync: bool, stats: Stats) -> None:
-        """Add the term's gradient for `rows`, scaled for the minibatch (mean over its supervised rows) and the
-        gradient accumulation; `sync` lets this backward synchronise the processes (when it is the last one)."""
+        """Add the term's gradient for ``rows``, scaled for the minibatch (mean over its supervised rows) and the
+        gradient accumulation; ``sync`` lets this backward synchronise the processes (when it is the last one)."""
         ctx, t, s = self.ctx, self.ctx.config.train, self.ctx.config.sample
         gen = torch.Generator().manual_seed(derive_seed(ctx.config.seed, epoch, ctx.rank, 6, self.calls))
         self.calls += 1

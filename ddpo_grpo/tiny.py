@@ -2,20 +2,20 @@
 
 They exist so that the whole loop (sampling, rewards, training, export) runs offline on a laptop CPU
 and inside the test suite. Both pipelines share one tokenizer design: a character-level CLIP BPE
-vocabulary with no merges, so `CLIPTokenizer` needs no files from a hub.
+vocabulary with no merges, so ``CLIPTokenizer`` needs no files from a hub.
 
     build_tiny_sd(path)   -> StableDiffusionPipeline  (UNet2DConditionModel + DDIMScheduler)
     build_tiny_ip2p(path) -> StableDiffusionInstructPix2PixPipeline (the SD UNet with 8 input channels: noisy
                              latent + source-image latent)
     build_tiny_sd3(path)  -> StableDiffusion3Pipeline (SD3Transformer2DModel + FlowMatchEulerDiscreteScheduler,
                              two CLIP text encoders, no T5)
-    build_tiny_denoiser(path) -> ddpo_grpo.pipelines.DenoiserPipeline (`TinyDenoiser`, an MLP over
+    build_tiny_denoiser(path) -> ddpo_grpo.pipelines.DenoiserPipeline (``TinyDenoiser``, an MLP over
                              [B, frames, features] predicting x₀ as MDM does, cosine-β DDPMScheduler, one
                              projected CLIP text encoder, a SampleNormalizer, heatmap previews)
 
 Sizes: latents are 4×(res/4)×(res/4) (a two-level VAE), so a 32-pixel image is an 8×8 latent; the tiny
-denoiser's samples are 16 frames × 8 features (`sample.resolution` does not apply to it).
-`BUILDERS` maps the names of `pretrained.tiny` to these builders.
+denoiser's samples are 16 frames × 8 features (``sample.resolution`` does not apply to it).
+``BUILDERS`` maps the names of ``pretrained.tiny`` to these builders.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ TEXT_HIDDEN = 32  # CLIP hidden size of each tiny text encoder
 
 
 def _char_vocab() -> dict[str, int]:
-    """Character-level BPE vocabulary: every printable char, alone and as a word ending (`x</w>`)."""
+    """Character-level BPE vocabulary: every printable char, alone and as a word ending (``x</w>``)."""
     vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
     for ch in string.ascii_lowercase + string.digits + string.punctuation:
         vocab.setdefault(ch, len(vocab))
@@ -44,7 +44,7 @@ def _char_vocab() -> dict[str, int]:
 
 
 def build_tokenizer():
-    """A `CLIPTokenizer` over the character vocabulary (its files live in a temporary directory)."""
+    """A ``CLIPTokenizer`` over the character vocabulary (its files live in a temporary directory)."""
     from transformers import CLIPTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,7 +90,7 @@ def _vae(shift_factor: float | None):
 
 
 def build_tiny_sd(path: str | Path, seed: int = 0):
-    """Build, save to `path` and return a tiny StableDiffusionPipeline with a DDIM scheduler."""
+    """Build, save to ``path`` and return a tiny StableDiffusionPipeline with a DDIM scheduler."""
     from diffusers import DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextModel
 
@@ -109,19 +109,29 @@ def build_tiny_sd(path: str | Path, seed: int = 0):
         attention_head_dim=4,
     )
     scheduler = DDIMScheduler(
-        beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, clip_sample=False,
-        set_alpha_to_one=False, steps_offset=1,
+        beta_schedule="scaled_linear",
+        beta_start=0.00085,
+        beta_end=0.012,
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
     )
     pipe = StableDiffusionPipeline(
-        vae=_vae(None), text_encoder=CLIPTextModel(_text_config()), tokenizer=build_tokenizer(),
-        unet=unet, scheduler=scheduler, safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+        vae=_vae(None),
+        text_encoder=CLIPTextModel(_text_config()),
+        tokenizer=build_tokenizer(),
+        unet=unet,
+        scheduler=scheduler,
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
     )
     pipe.save_pretrained(path)
     return pipe
 
 
 def build_tiny_ip2p(path: str | Path, seed: int = 0):
-    """Build, save to `path` and return a tiny StableDiffusionInstructPix2PixPipeline (8-channel UNet, DDIM)."""
+    """Build, save to ``path`` and return a tiny StableDiffusionInstructPix2PixPipeline (8-channel UNet, DDIM)."""
     from diffusers import DDIMScheduler, StableDiffusionInstructPix2PixPipeline, UNet2DConditionModel
     from transformers import CLIPTextModel
 
@@ -140,19 +150,29 @@ def build_tiny_ip2p(path: str | Path, seed: int = 0):
         attention_head_dim=4,
     )
     scheduler = DDIMScheduler(
-        beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012, clip_sample=False,
-        set_alpha_to_one=False, steps_offset=1,
+        beta_schedule="scaled_linear",
+        beta_start=0.00085,
+        beta_end=0.012,
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
     )
     pipe = StableDiffusionInstructPix2PixPipeline(
-        vae=_vae(None), text_encoder=CLIPTextModel(_text_config()), tokenizer=build_tokenizer(),
-        unet=unet, scheduler=scheduler, safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+        vae=_vae(None),
+        text_encoder=CLIPTextModel(_text_config()),
+        tokenizer=build_tokenizer(),
+        unet=unet,
+        scheduler=scheduler,
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
     )
     pipe.save_pretrained(path)
     return pipe
 
 
 def build_tiny_sd3(path: str | Path, seed: int = 0, shift: float = 3.0):
-    """Build, save to `path` and return a tiny StableDiffusion3Pipeline (two CLIP encoders, no T5)."""
+    """Build, save to ``path`` and return a tiny StableDiffusion3Pipeline (two CLIP encoders, no T5)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextModelWithProjection
 
@@ -220,7 +240,7 @@ class TinyDenoiser(ModelMixin, ConfigMixin):
 
 
 def build_tiny_denoiser(path: str | Path, seed: int = 0, frames: int = 16, feature_dim: int = 8):
-    """Build, save to `path` and return a tiny text-conditioned DenoiserPipeline (MDM-like conventions).
+    """Build, save to ``path`` and return a tiny text-conditioned DenoiserPipeline (MDM-like conventions).
 
     x₀ prediction, cosine β (squaredcos_cap_v2) over 1000 training steps, "linspace" respacing (IDDPM's),
     fixed-small variance, zero text embeddings as the unconditional branch; samples ``[frames, feature_dim]``
@@ -234,14 +254,23 @@ def build_tiny_denoiser(path: str | Path, seed: int = 0, frames: int = 16, featu
     path = Path(path)
     torch.manual_seed(seed)
     scheduler = DDPMScheduler(
-        num_train_timesteps=1000, beta_schedule="squaredcos_cap_v2", prediction_type="sample",
-        variance_type="fixed_small", clip_sample=False, timestep_spacing="linspace",
+        num_train_timesteps=1000,
+        beta_schedule="squaredcos_cap_v2",
+        prediction_type="sample",
+        variance_type="fixed_small",
+        clip_sample=False,
+        timestep_spacing="linspace",
     )
     pipe = DenoiserPipeline(
-        denoiser=TinyDenoiser(feature_dim=feature_dim), scheduler=scheduler,
-        text_encoder=CLIPTextModelWithProjection(_text_config()), tokenizer=build_tokenizer(),
+        denoiser=TinyDenoiser(feature_dim=feature_dim),
+        scheduler=scheduler,
+        text_encoder=CLIPTextModelWithProjection(_text_config()),
+        tokenizer=build_tokenizer(),
         normalizer=SampleNormalizer.from_stats(0.5 * torch.arange(feature_dim), torch.full((feature_dim,), 2.0)),
-        sample_shape=[frames, feature_dim], text_embedding="pooled", uncond="zeros", preview="heatmap",
+        sample_shape=[frames, feature_dim],
+        text_embedding="pooled",
+        uncond="zeros",
+        preview="heatmap",
     )
     pipe.save_pretrained(path)
     return pipe

@@ -203,15 +203,20 @@ class Trainer:
         loaded = ckpt.load_latest(path, log=lambda line: print(line, flush=True) if self.main else None)
         try:
             report = ckpt.load_state_dict_checked(
-                denoiser, loaded["tensors"]["model"], strict=self.config.pretrained.init_strict,
+                denoiser,
+                loaded["tensors"]["model"],
+                strict=self.config.pretrained.init_strict,
                 source=f"pretrained.init_from checkpoint {loaded['path']}",
             )
         except ValueError as exc:
             raise ConfigError(f"{exc} (set pretrained.init_strict=False)") from exc
         if self.main:
-            print(f"initialised from {loaded['path']}: {len(report['loaded'])} tensors loaded, "
-                  f"{len(report['missing'])} missing, {len(report['unexpected'])} unexpected, "
-                  f"{len(report['mismatched'])} of another shape", flush=True)
+            print(
+                f"initialised from {loaded['path']}: {len(report['loaded'])} tensors loaded, "
+                f"{len(report['missing'])} missing, {len(report['unexpected'])} unexpected, "
+                f"{len(report['mismatched'])} of another shape",
+                flush=True,
+            )
 
     def _setup_optimizer(self):
         t = self.config.train

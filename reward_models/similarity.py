@@ -50,6 +50,7 @@ Registered rewards (factory kwargs ``key``, ``root``):
   40 dB: both terms on [0, 1]-ish scales, PSNR saturating at 40 dB, where ShapesWorld renders are visually
   exact); per-sample ``psnr`` and ``ssim`` in ``info`` (the evaluation's metrics).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,8 +75,9 @@ SSIM_K2 = 0.03
 
 #: ``policy(path, index, key) -> real path to open``; it raises to refuse. See :func:`ground_truth_path_policy`.
 PathPolicy = Callable[[str, int, str], str]
-_PATH_POLICY: contextvars.ContextVar[PathPolicy | None] = contextvars.ContextVar("ground_truth_path_policy",
-                                                                                default=None)
+_PATH_POLICY: contextvars.ContextVar[PathPolicy | None] = contextvars.ContextVar(
+    "ground_truth_path_policy", default=None
+)
 
 
 @contextlib.contextmanager
@@ -97,8 +99,9 @@ def ground_truth_path_policy(policy: PathPolicy | None) -> Iterator[None]:
 # ---------------------------------------------------------------------------------- metrics
 def _check_pair(name: str, x: torch.Tensor, y: torch.Tensor) -> None:
     if x.shape != y.shape or x.ndim != 4:
-        raise ValueError(f"{name}: expected two [B, C, H, W] tensors of one shape, "
-                         f"got {tuple(x.shape)}, {tuple(y.shape)}")
+        raise ValueError(
+            f"{name}: expected two [B, C, H, W] tensors of one shape, got {tuple(x.shape)}, {tuple(y.shape)}"
+        )
 
 
 def psnr(x: torch.Tensor, y: torch.Tensor, max_db: float = PSNR_CAP_DB) -> torch.Tensor:
@@ -149,16 +152,26 @@ def ssim(
     if border not in ("valid", "reflect"):
         raise ValueError(f"ssim: border must be 'valid' or 'reflect', got {border!r}")
     if win_size != 2 * int(3.5 * sigma + 0.5) + 1:
-        raise ValueError(f"ssim: win_size={win_size} with sigma={sigma}: torchmetrics derives the window from "
-                         f"sigma ({2 * int(3.5 * sigma + 0.5) + 1} px); pass that win_size")
+        raise ValueError(
+            f"ssim: win_size={win_size} with sigma={sigma}: torchmetrics derives the window from "
+            f"sigma ({2 * int(3.5 * sigma + 0.5) + 1} px); pass that win_size"
+        )
     h, w = x.shape[-2:]
     if min(h, w) < win_size:
         raise ValueError(f"ssim: images are {h}×{w}, smaller than the {win_size}×{win_size} window")
     # float64: torchmetrics takes the local moments as E[x²] − μ², which in float32 cancels on flat regions
     # (≈ 7e-4 of error for a 0.95 vs 1.0 background) — ShapesWorld images are mostly flat white
     _, full = structural_similarity_index_measure(
-        x.double(), y.double(), gaussian_kernel=True, sigma=float(sigma), data_range=float(data_range), k1=k1, k2=k2,
-        reduction="none", return_full_image=True)  # full: [B, C, H, W], the map at every pixel
+        x.double(),
+        y.double(),
+        gaussian_kernel=True,
+        sigma=float(sigma),
+        data_range=float(data_range),
+        k1=k1,
+        k2=k2,
+        reduction="none",
+        return_full_image=True,
+    )  # full: [B, C, H, W], the map at every pixel
     if border == "valid":
         pad = (win_size - 1) // 2
         full = full[..., pad : h - pad, pad : w - pad]
@@ -221,8 +234,10 @@ def _ground_truth(value: Any, root: str | None, index: int = 0, key: str = "", w
         return t.float() / 255.0 if t.dtype == torch.uint8 else t.float()
     if isinstance(value, (list, tuple)):
         return _nested_ground_truth(value, what)
-    raise TypeError(f"{what} of type {type(value).__name__}; expected an image path, a (3, H, W) array "
-                    "(or nested list) or a PIL image")
+    raise TypeError(
+        f"{what} of type {type(value).__name__}; expected an image path, a (3, H, W) array "
+        "(or nested list) or a PIL image"
+    )
 
 
 def load_image(value: Any, *, root: str | None = None, index: int = 0, key: str = "ground_truth") -> torch.Tensor:
@@ -292,15 +307,22 @@ def ssim_reward(key: str = "ground_truth", root: str | None = None):
 
 
 @register("psnr_ssim")
-def psnr_ssim_reward(key: str = "ground_truth", root: str | None = None, psnr_weight: float = 0.5,
-                     ssim_weight: float = 0.5, psnr_scale_db: float = 40.0):
+def psnr_ssim_reward(
+    key: str = "ground_truth",
+    root: str | None = None,
+    psnr_weight: float = 0.5,
+    ssim_weight: float = 0.5,
+    psnr_scale_db: float = 40.0,
+):
     """Reward = ``psnr_weight · min(PSNR, s) / s + ssim_weight · SSIM`` against ``metadata[i][key]``.
 
     ``s = psnr_scale_db``; per-sample ``psnr`` and ``ssim`` (NaN where missing) in ``info``.
     """
     if psnr_scale_db <= 0 or psnr_weight < 0 or ssim_weight < 0:
-        raise ValueError(f"reward 'psnr_ssim': psnr_scale_db must be > 0 and the weights ≥ 0; got psnr_scale_db="
-                         f"{psnr_scale_db}, psnr_weight={psnr_weight}, ssim_weight={ssim_weight}")
+        raise ValueError(
+            f"reward 'psnr_ssim': psnr_scale_db must be > 0 and the weights ≥ 0; got psnr_scale_db="
+            f"{psnr_scale_db}, psnr_weight={psnr_weight}, ssim_weight={ssim_weight}"
+        )
     scale = float(psnr_scale_db)
 
     def fn(images: Any, prompts: list[str], metadata: list[dict]):
@@ -317,5 +339,14 @@ def psnr_ssim_reward(key: str = "ground_truth", root: str | None = None, psnr_we
     return fn
 
 
-__all__ = ["PSNR_CAP_DB", "PathPolicy", "ground_truth_path_policy", "load_image", "psnr", "psnr_reward",
-           "psnr_ssim_reward", "ssim", "ssim_reward"]
+__all__ = [
+    "PSNR_CAP_DB",
+    "PathPolicy",
+    "ground_truth_path_policy",
+    "load_image",
+    "psnr",
+    "psnr_reward",
+    "psnr_ssim_reward",
+    "ssim",
+    "ssim_reward",
+]

@@ -15,7 +15,8 @@ evaluation before and after (48 images per task). ``--reward jpeg`` swaps the ju
     grpo_flowgrpo  Flow-GRPO's recipe in our config: AdamW 3e-4, clip 1e-4 per latent dimension, β 0.04
                    (flow_grpo KL), every SDE step but the last, two optimizer steps per epoch
     grpo_ppo       GRPO with PPO's sample reuse: AdamW, 4 steps per epoch × 2 inner epochs, clip 0.2 per sample
-    awm, nft, rwr  the forward-process objectives on deterministic (ODE) rollouts, AdamW
+    awm, nft, rwr  the forward-process objectives on deterministic (ODE) rollouts, AdamW, one step per epoch
+    nft_multi, awm_multi  the same with 8 updates per epoch (4 steps × 2 inner epochs)
 
 Printed side by side: the probe's paired reward difference to the untrained model per ``--every`` epochs
 (mean over seeds ± a 95 % interval over seeds), held-out strict and partial before → after (mean ± SE over
@@ -78,6 +79,19 @@ VARIANTS: dict[str, dict] = {
     "awm": {**_FORWARD, "train.objective": "awm"},
     "nft": {**_FORWARD, "train.objective": "nft"},
     "rwr": {**_FORWARD, "train.objective": "rwr", "train.rwr_temperature": 0.5},
+    # the same with 8 updates per epoch (4 steps of 64 images, 2 inner epochs): dense gradients reuse samples
+    "nft_multi": {
+        **_FORWARD,
+        "train.objective": "nft",
+        "train.gradient_accumulation_steps": 4,
+        "train.num_inner_epochs": 2,
+    },
+    "awm_multi": {
+        **_FORWARD,
+        "train.objective": "awm",
+        "train.gradient_accumulation_steps": 4,
+        "train.num_inner_epochs": 2,
+    },
 }
 REWARDS = {"shapes": {}, "jpeg": {"reward.fns": {"jpeg_compressibility": 1.0}, "reward.kwargs": {}}}
 

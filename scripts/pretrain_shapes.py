@@ -40,6 +40,7 @@ Load the results::
     StableDiffusion3Pipeline.from_pretrained("/tmp/shapes_pretrain/sd3/final", text_encoder_3=None, tokenizer_3=None)
     StableDiffusionPipeline.from_pretrained("/tmp/shapes_pretrain/sd/final")
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,11 +51,16 @@ from worlds.shapes.pretrain import ARCHS, recipe
 
 def build_parser(arch: str = "sd3") -> argparse.ArgumentParser:
     """The flags: the run's own, then one per field of ``arch``'s config dataclass."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--arch", choices=sorted(ARCHS), default="sd3",
-                   help="sd3: StableDiffusion3Pipeline from scratch; sd: StableDiffusionPipeline on --base's "
-                        f"VAE/tokenizer/text encoder. The config flags below are those of --arch (now: {arch})")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--arch",
+        choices=sorted(ARCHS),
+        default="sd3",
+        help="sd3: StableDiffusion3Pipeline from scratch; sd: StableDiffusionPipeline on --base's "
+        f"VAE/tokenizer/text encoder. The config flags below are those of --arch (now: {arch})",
+    )
     add_run_flags(p)
     add_config_flags(p, recipe(arch).config_class)
     return p

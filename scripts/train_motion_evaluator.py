@@ -14,6 +14,7 @@ Reproduce the shipped evaluator (≈ 20 min on one thread; 2 shared cores: run i
 
 Then measure it: ``python -m worlds.motion.evaluator`` (the README's table).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ def _flag_type(default):
 
 def build_parser() -> argparse.ArgumentParser:
     """The run's flags, then one per recipe field and one per architecture field."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--out", required=True, help="run folder (checkpoint.pt, train_log.jsonl, final/)")
     p.add_argument("--export", default=None, help="also write the final model into this folder")
     p.add_argument("--resume", action="store_true", help="continue from --out/checkpoint.pt")

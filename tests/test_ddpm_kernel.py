@@ -164,8 +164,11 @@ def test_last_step_is_noise_free_and_returns_x0(variance, prediction_type):
     step = ddpm_step(out, x, a_t, 1.0, variance=variance, prediction_type=prediction_type, generator=_gen(21))
     assert (step.std == 0).all() and (step.log_prob == 0).all()
     assert torch.equal(step.prev_sample, step.mean)
-    expected_x0 = {"epsilon": (x - math.sqrt(1 - a_t) * out) / math.sqrt(a_t),
-                   "v_prediction": math.sqrt(a_t) * x - math.sqrt(1 - a_t) * out, "sample": out}[prediction_type]
+    expected_x0 = {
+        "epsilon": (x - math.sqrt(1 - a_t) * out) / math.sqrt(a_t),
+        "v_prediction": math.sqrt(a_t) * x - math.sqrt(1 - a_t) * out,
+        "sample": out,
+    }[prediction_type]
     torch.testing.assert_close(step.mean, expected_x0, atol=1e-5, rtol=1e-5)
 
 
@@ -200,8 +203,14 @@ def test_log_prob_is_differentiable():
     ],
 )
 def test_bad_arguments(override, name):
-    args = {"alpha_prod_t": 0.3, "alpha_prod_t_prev": 0.6, "eta": 1.0, "variance": "fixed_small",
-            "prediction_type": "epsilon", **override}
+    args = {
+        "alpha_prod_t": 0.3,
+        "alpha_prod_t_prev": 0.6,
+        "eta": 1.0,
+        "variance": "fixed_small",
+        "prediction_type": "epsilon",
+        **override,
+    }
     x = _rand(seed=26)
     with pytest.raises(ValueError, match=name):
         ddpm_step(x, x, args.pop("alpha_prod_t"), args.pop("alpha_prod_t_prev"), **args)

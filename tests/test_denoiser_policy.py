@@ -1,7 +1,7 @@
 """Component and end-to-end tests of the generic denoiser family: DenoiserPipeline and DenoiserPolicy.
 
-This file is also a user's model file: `build_user_pipeline` is the factory that
-`pretrained.model = "tests/test_denoiser_policy.py:build_user_pipeline"` calls, around `UserDenoiser`,
+This file is also a user's model file: ``build_user_pipeline`` is the factory that
+``pretrained.model = "tests/test_denoiser_policy.py:build_user_pipeline"`` calls, around ``UserDenoiser``,
 a denoiser that is not ours (a tiny transformer over [B, frames, D] with f(x_t, t, text_embeds=None)).
 """
 
@@ -66,18 +66,32 @@ def build_user_pipeline():
 
     from ddpo_grpo.tiny import TEXT_HIDDEN, TOKENIZER_MAX_LENGTH, _char_vocab, build_tokenizer
 
-    text_config = CLIPTextConfig.from_dict({
-        "vocab_size": len(_char_vocab()), "hidden_size": TEXT_HIDDEN, "intermediate_size": 37,
-        "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": TOKENIZER_MAX_LENGTH,
-        "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 1,
-    })
+    text_config = CLIPTextConfig.from_dict(
+        {
+            "vocab_size": len(_char_vocab()),
+            "hidden_size": TEXT_HIDDEN,
+            "intermediate_size": 37,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "max_position_embeddings": TOKENIZER_MAX_LENGTH,
+            "bos_token_id": 0,
+            "eos_token_id": 1,
+            "pad_token_id": 1,
+        }
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(123)
         denoiser, text_encoder = UserDenoiser(), CLIPTextModel(text_config)
     scheduler = DDPMScheduler(beta_schedule="linear", variance_type="fixed_large", clip_sample=False)
     return DenoiserPipeline(
-        denoiser=denoiser, scheduler=scheduler, text_encoder=text_encoder, tokenizer=build_tokenizer(),
-        sample_shape=[10, 6], text_embedding="sequence", uncond="negative_prompt", preview="heatmap",
+        denoiser=denoiser,
+        scheduler=scheduler,
+        text_encoder=text_encoder,
+        tokenizer=build_tokenizer(),
+        sample_shape=[10, 6],
+        text_embedding="sequence",
+        uncond="negative_prompt",
+        preview="heatmap",
     )
 
 
@@ -104,8 +118,14 @@ def _policy(model, **kw):
 def _rollout(policy, guidance, n=6, steps=4, noise=1.0, seed=1):
     rows = [ROWS[i % len(ROWS)] for i in range(n)]
     return sample_rollout(
-        policy, policy.denoiser, rows, seeds=list(range(n)), num_steps=steps, guidance_scale=guidance,
-        noise_level=noise, generator=torch.Generator().manual_seed(seed),
+        policy,
+        policy.denoiser,
+        rows,
+        seeds=list(range(n)),
+        num_steps=steps,
+        guidance_scale=guidance,
+        noise_level=noise,
+        generator=torch.Generator().manual_seed(seed),
     )
 
 
@@ -216,16 +236,26 @@ def test_rollout_is_the_plain_pipeline_sampler(tiny_denoiser):
     path, _ = tiny_denoiser
     policy = _policy(path)
     rollout = _rollout(policy, 2.5, n=2, steps=5, seed=7)
-    plain = policy.pipeline([r["prompt"] for r in ROWS[:2]], num_inference_steps=5, guidance_scale=2.5,
-                            latents=rollout.latents[:, 0].clone(), generator=torch.Generator().manual_seed(7))
+    plain = policy.pipeline(
+        [r["prompt"] for r in ROWS[:2]],
+        num_inference_steps=5,
+        guidance_scale=2.5,
+        latents=rollout.latents[:, 0].clone(),
+        generator=torch.Generator().manual_seed(7),
+    )
     torch.testing.assert_close(rollout.samples, plain.samples, atol=1e-5, rtol=1e-5)
     pipe = load_pipeline(path)
     pipe.scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
     ddim = build_policy(pipe, resolution=0)
     assert ddim.kernel == "ddim"
     deterministic = _rollout(ddim, 2.5, n=2, steps=5, noise=0.0)
-    plain = pipe([r["prompt"] for r in ROWS[:2]], num_inference_steps=5, guidance_scale=2.5, eta=0.0,
-                 latents=deterministic.latents[:, 0].clone())
+    plain = pipe(
+        [r["prompt"] for r in ROWS[:2]],
+        num_inference_steps=5,
+        guidance_scale=2.5,
+        eta=0.0,
+        latents=deterministic.latents[:, 0].clone(),
+    )
     torch.testing.assert_close(deterministic.samples, plain.samples, atol=1e-5, rtol=1e-5)
     assert (deterministic.log_probs == 0).all()
 
@@ -239,7 +269,12 @@ def test_lora_add_save_and_load_as_final(tiny_denoiser, tmp_path):
     base = _outputs(policy)
     policy.add_lora(rank=4, alpha=8.0, target_modules=())
     assert {n.split(".")[0] for n, p in policy.denoiser.named_parameters() if p.requires_grad} == {
-        "proj_in", "time_proj", "text_proj", "mix", "proj_out"}
+        "proj_in",
+        "time_proj",
+        "text_proj",
+        "mix",
+        "proj_out",
+    }
     _perturb_lora(policy.denoiser)
     tuned = _outputs(policy)
     assert (tuned - base).abs().max() > 1e-3
@@ -334,7 +369,8 @@ class _AttentionDenoiser(ModelMixin, ConfigMixin):
 def test_unconditional_pipeline():
     """No text encoder: no condition, one pass whatever the guidance; LoRA skips nn.MultiheadAttention's out_proj."""
     pipe = DenoiserPipeline(
-        denoiser=_AttentionDenoiser(), scheduler=DDIMScheduler(clip_sample=False, prediction_type="v_prediction"),
+        denoiser=_AttentionDenoiser(),
+        scheduler=DDIMScheduler(clip_sample=False, prediction_type="v_prediction"),
         sample_shape=[5, 4],
     )
     policy = build_policy(pipe, resolution=0)
@@ -343,8 +379,16 @@ def test_unconditional_pipeline():
     t = policy.schedule(3).timesteps[:1].expand(2)
     assert torch.equal(policy.predict(pipe.denoiser, x, t, {}, 7.0), policy.predict(pipe.denoiser, x, t, {}, 1.0))
     assert policy.default_lora_targets == ("out",)
-    rollout = sample_rollout(policy, pipe.denoiser, ROWS[:2], seeds=[0, 1], num_steps=3, guidance_scale=7.0,
-                             noise_level=0.5, generator=torch.Generator().manual_seed(0))
+    rollout = sample_rollout(
+        policy,
+        pipe.denoiser,
+        ROWS[:2],
+        seeds=[0, 1],
+        num_steps=3,
+        guidance_scale=7.0,
+        noise_level=0.5,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert rollout.cond == {} and torch.isfinite(rollout.log_probs).all()
     with pytest.raises(ValueError, match="preview='heatmap'"):
         policy.preview(rollout.samples)
@@ -404,16 +448,24 @@ def test_train_script_end_to_end(tmp_path):
     """
     reward = tmp_path / "toy_reward.py"
     reward.write_text(
-        "def score(samples, prompts, metadata):\n"
-        "    return (-samples.abs().flatten(1).mean(1)).tolist(), {}\n"
+        "def score(samples, prompts, metadata):\n    return (-samples.abs().flatten(1).mean(1)).tolist(), {}\n"
     )
     logdir = tmp_path / "logs"
     cmd = [
-        sys.executable, str(REPO / "scripts" / "train.py"), f"--config={REPO / 'config' / 'quickstart.py'}:tiny",
-        "--config.pretrained.tiny=denoiser", f"--config.logdir={logdir}", "--config.run_name=motion",
-        "--config.num_epochs=2", "--config.sample.num_steps=4", "--config.sample.eval_num_steps=4",
-        "--config.sample.guidance_scale=2.5", "--config.logging.image_freq=1", "--config.logging.progress=False",
-        "--config.logging.num_images=2", f"--config.reward.sources={{'toy': '{reward}:score'}}",
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        f"--config={REPO / 'config' / 'quickstart.py'}:tiny",
+        "--config.pretrained.tiny=denoiser",
+        f"--config.logdir={logdir}",
+        "--config.run_name=motion",
+        "--config.num_epochs=2",
+        "--config.sample.num_steps=4",
+        "--config.sample.eval_num_steps=4",
+        "--config.sample.guidance_scale=2.5",
+        "--config.logging.image_freq=1",
+        "--config.logging.progress=False",
+        "--config.logging.num_images=2",
+        f"--config.reward.sources={{'toy': '{reward}:score'}}",
         "--config.reward.fns={'toy': 1.0}",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -89,7 +89,7 @@ def test_motion_matching_contract(real):
     assert info["motion_matching/invalid"] == pytest.approx(0.2)
     assert "motion_matching/cosine/sequence" in info
     # the other order of a "then" prompt scores lower, whole-clip and dense
-    swapped = [" then ".join(p[len("a person "):].split(" then ")[::-1]) for p in prompts[:2]]
+    swapped = [" then ".join(p[len("a person ") :].split(" then ")[::-1]) for p in prompts[:2]]
     swapped = ["a person " + s for s in swapped]
     for dense in (False, True):
         own, _ = motion_matching(dense=dense)(x[:2], prompts[:2], metadata[:2])
@@ -172,8 +172,7 @@ def test_training_reproducible_and_resumable(tmp_path):
 def test_train_script_tiny(tmp_path):
     from tests.conftest import load_script
 
-    load_script("train_motion_evaluator").main(["--out", str(tmp_path / "run"), "--tiny", "--steps", "2",
-                                                "--dim", "8"])
+    load_script("train_motion_evaluator").main(["--out", str(tmp_path / "run"), "--tiny", "--steps", "2", "--dim", "8"])
     ev = load_evaluator(tmp_path / "run" / "final")
     assert ev.cfg.dim == 8 and ev.config_json["train"]["steps"] == 2
     with pytest.raises(SystemExit):

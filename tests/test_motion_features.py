@@ -8,7 +8,6 @@ import torch
 
 from worlds.motion import features as F
 from worlds.motion.generator import generate
-from worlds.motion.stats import compute_stats
 from worlds.motion.skeleton import (
     L_FOOT,
     L_HIP,
@@ -21,6 +20,7 @@ from worlds.motion.skeleton import (
     t2m_forward_kinematics,
     yaw_of,
 )
+from worlds.motion.stats import compute_stats
 
 PROMPTS = [
     "a person walks forward",

@@ -18,8 +18,10 @@ from worlds.motion.skeleton import FPS
 
 @pytest.fixture(scope="module")
 def clips():
-    return {p: generate(p, 11) for p in ("a person walks forward", "a person waves the right hand",
-                                         "a person jumps once then turns left")}
+    return {
+        p: generate(p, 11)
+        for p in ("a person walks forward", "a person waves the right hand", "a person jumps once then turns left")
+    }
 
 
 def test_physics_skating_vs_clean(clips):

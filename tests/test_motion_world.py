@@ -43,10 +43,15 @@ def test_prompts_parse_and_format():
     for p in prompts:
         assert G.format_prompt(G.parse_prompt(p)) == p
     assert G.parse_prompt("  A person  walks forward while waving the right hand. ") == G.MotionSpec(
-        ("walk_forward", "wave_right"), "while")
+        ("walk_forward", "wave_right"), "while"
+    )
     assert G.parse_prompt("a person jumps three times then turns around").task == "sequence"
-    for bad in ("a cat walks forward", "a person walks sideways", "a person waves the left hand while walking forward",
-                "a person jumps once then jumps once"):
+    for bad in (
+        "a cat walks forward",
+        "a person walks sideways",
+        "a person waves the left hand while walking forward",
+        "a person jumps once then jumps once",
+    ):
         with pytest.raises(ValueError):
             G.parse_prompt(bad)
     with pytest.raises(ValueError, match="while"):

@@ -1,4 +1,5 @@
 """ShapesWorld pretraining (worlds/shapes/pretrain/, scripts/pretrain_shapes.py) at toy sizes."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -58,12 +59,23 @@ def test_null_token_bias_equals_zero_tokens():
     n = 7
     with torch.no_grad():
         zeros = torch.zeros(2, n, embeds.shape[-1])
-        full = tf(hidden_states=z, timestep=t, encoder_hidden_states=torch.cat([embeds, zeros], 1),
-                  pooled_projections=pooled, return_dict=False)[0]
+        full = tf(
+            hidden_states=z,
+            timestep=t,
+            encoder_hidden_states=torch.cat([embeds, zeros], 1),
+            pooled_projections=pooled,
+            return_dict=False,
+        )[0]
         set_null_token_processor(tf)
         ctx, mask = with_null_token(embeds, (cfg.latent_side // 2) ** 2, torch.full((2,), float(n)))
-        short = tf(hidden_states=z, timestep=t, encoder_hidden_states=ctx, pooled_projections=pooled,
-                   joint_attention_kwargs={"attention_mask": mask}, return_dict=False)[0]
+        short = tf(
+            hidden_states=z,
+            timestep=t,
+            encoder_hidden_states=ctx,
+            pooled_projections=pooled,
+            joint_attention_kwargs={"attention_mask": mask},
+            return_dict=False,
+        )[0]
     torch.testing.assert_close(short, full, rtol=1e-4, atol=1e-5)
 
 
@@ -80,19 +92,28 @@ def _fingerprint(modules: dict) -> dict:
 #: loop was shared) on the tiny configs below, one thread, no evaluation: the SD3 run is
 #: tiny_config(caption_noise=0.5) (2 VAE + 3 flow steps), the SD run tiny_config() (3 steps)
 OLD_FINGERPRINTS = {
-    "sd3": {"models": {"vae": [247.7202254309086, 1485.1777277736983],
-                       "text_encoder": [94.01543656646055, 688.6539701251113],
-                       "text_encoder_2": [60.26759603188417, 692.3657777570118],
-                       "transformer": [36.037234303050354, 1175.2402179722594]},
-            "ema": {"transformer": [36.00532689446845, 1175.2382260466184],
-                    "text_encoder": [94.01399137245023, 688.6447120397104],
-                    "text_encoder_2": [60.26668427283404, 692.3549521015084]},
-            "scaling_factor": 0.9016724824905396},
-    "sd": {"models": {"text_encoder": [303.5464472072074, 4457.395569841337],
-                      "unet": [523.5279746509877, 5425.0718575954415]},
-           "ema": {"unet": [523.6246795400957, 5424.966330606686],
-                   "text_encoder": [303.5450592263339, 4457.396743762089]},
-           "scaling_factor": 0.4525871617644441},
+    "sd3": {
+        "models": {
+            "vae": [247.7202254309086, 1485.1777277736983],
+            "text_encoder": [94.01543656646055, 688.6539701251113],
+            "text_encoder_2": [60.26759603188417, 692.3657777570118],
+            "transformer": [36.037234303050354, 1175.2402179722594],
+        },
+        "ema": {
+            "transformer": [36.00532689446845, 1175.2382260466184],
+            "text_encoder": [94.01399137245023, 688.6447120397104],
+            "text_encoder_2": [60.26668427283404, 692.3549521015084],
+        },
+        "scaling_factor": 0.9016724824905396,
+    },
+    "sd": {
+        "models": {
+            "text_encoder": [303.5464472072074, 4457.395569841337],
+            "unet": [523.5279746509877, 5425.0718575954415],
+        },
+        "ema": {"unet": [523.6246795400957, 5424.966330606686], "text_encoder": [303.5450592263339, 4457.396743762089]},
+        "scaling_factor": 0.4525871617644441,
+    },
 }
 
 
@@ -117,8 +138,11 @@ def test_trajectory_matches_commit_ee0f2bd_with_evaluations(arch, tmp_path):
     assert sum("eval" in r for r in _log(tmp_path)) == 2  # after steps 1 and 2 of the last stage
     old = OLD_FINGERPRINTS[arch]
     models = {k: trainer.recipe.models[k] for k in old["models"]}
-    got = {"models": _fingerprint(models), "ema": _fingerprint({k: e.shadow for k, e in trainer.ema.items()}),
-           "scaling_factor": trainer.recipe.latent_stats["scaling_factor"]}
+    got = {
+        "models": _fingerprint(models),
+        "ema": _fingerprint({k: e.shadow for k, e in trainer.ema.items()}),
+        "scaling_factor": trainer.recipe.latent_stats["scaling_factor"],
+    }
     assert got == old
 
 
@@ -182,8 +206,13 @@ def test_pretrain_checkpoint_resume_and_pipeline(tmp_path, capsys):
 
     pipe = StableDiffusion3Pipeline.from_pretrained(out / "final", text_encoder_3=None, tokenizer_3=None)
     assert pipe.vae.config.scaling_factor == pytest.approx(ref["state"]["latent_stats"]["scaling_factor"])
-    img = pipe("a red circle to the left of a blue square", num_inference_steps=2, guidance_scale=4.5,
-               output_type="np", generator=torch.Generator().manual_seed(0)).images
+    img = pipe(
+        "a red circle to the left of a blue square",
+        num_inference_steps=2,
+        guidance_scale=4.5,
+        output_type="np",
+        generator=torch.Generator().manual_seed(0),
+    ).images
     assert img.shape == (1, 64, 64, 3) and np.isfinite(img).all()
 
 
@@ -229,8 +258,13 @@ def test_pretrain_sd_resume_and_pipeline(tmp_path):
     # the frozen VAE is the base model's, weight for weight
     for k, v in ref["tensors"]["vae"].items():
         assert torch.equal(v, pipe.vae.state_dict()[k]), k
-    img = pipe("two red circles", num_inference_steps=2, guidance_scale=4.5, output_type="np",
-               generator=torch.Generator().manual_seed(0)).images
+    img = pipe(
+        "two red circles",
+        num_inference_steps=2,
+        guidance_scale=4.5,
+        output_type="np",
+        generator=torch.Generator().manual_seed(0),
+    ).images
     assert img.shape == (1, 64, 64, 3) and np.isfinite(img).all()
 
 
@@ -245,8 +279,9 @@ def test_sd_text_encoder_keeps_sd3_penultimate_features():
     ids = recipe.tokenizer(prompts, padding="max_length", max_length=16, return_tensors="pt").input_ids
     with torch.no_grad():
         h = src(ids, output_hidden_states=True).hidden_states[-2]  # what the SD3 transformer was trained on
-        torch.testing.assert_close(encode_prompts(prompts, recipe.tokenizer, recipe.models["text_encoder"]),
-                                   src.text_model.final_layer_norm(h))
+        torch.testing.assert_close(
+            encode_prompts(prompts, recipe.tokenizer, recipe.models["text_encoder"]), src.text_model.final_layer_norm(h)
+        )
 
 
 def test_near_miss_breaks_the_caption_with_its_own_objects():
@@ -264,8 +299,14 @@ def test_near_miss_breaks_the_caption_with_its_own_objects():
         assert {(o.color, o.shape) for o in scene} <= {o.pair for o in caption.objects}, row["prompt"]
         got = Constraints.from_row(spec)
         seen.add((row["task"], got.task, got.num_objects if got.relation is None else got.relation == row["relation"]))
-    assert {("single_object", "counting", 2), ("counting", "single_object", 1), ("counting", "counting", 3),
-            ("two_object", "single_object", 1), ("two_object", "counting", 2), ("position", "position", False)} <= seen
+    assert {
+        ("single_object", "counting", 2),
+        ("counting", "single_object", 1),
+        ("counting", "counting", 3),
+        ("two_object", "single_object", 1),
+        ("two_object", "counting", 2),
+        ("position", "position", False),
+    } <= seen
 
 
 def test_scene_specs_rate_and_clean_default():
@@ -279,12 +320,17 @@ def test_scene_specs_rate_and_clean_default():
 
 
 @pytest.mark.parametrize("config", [SD3Config, SDConfig])
-@pytest.mark.parametrize("bad, match", [({"caption_noise": 1.0}, "caption_noise"),
-                                        ({"caption_noise": -0.1}, "caption_noise"),
-                                        ({"task_weights": (1.0, 1.0)}, "task_weights"),
-                                        ({"batch_size": 5, "noise_per_image": 2}, "noise_per_image"),
-                                        ({"cond_dropout": 1.0}, "cond_dropout"),
-                                        ({"log_every": 0}, "log_every")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"caption_noise": 1.0}, "caption_noise"),
+        ({"caption_noise": -0.1}, "caption_noise"),
+        ({"task_weights": (1.0, 1.0)}, "task_weights"),
+        ({"batch_size": 5, "noise_per_image": 2}, "noise_per_image"),
+        ({"cond_dropout": 1.0}, "cond_dropout"),
+        ({"log_every": 0}, "log_every"),
+    ],
+)
 def test_config_data_fields_checked(config, bad, match):
     config.tiny().validate()
     with pytest.raises(ValueError, match=match):

@@ -21,13 +21,17 @@ def tiny_ip2p(tmp_path_factory):
 
 
 def _rows_file(tmp_path, n=8, with_truth=6):
-    """Restoration rows with array images: degraded = blurred noise, ground truth for the first `with_truth`."""
+    """Restoration rows with array images: degraded = blurred noise, ground truth for the first ``with_truth``."""
     rng = np.random.default_rng(0)
     rows = []
     for i in range(n):
         clean = rng.random((3, 32, 32)).round(3)
-        row = {"prompt": "restore the image", "id": f"r{i}", "source_image": (clean * 0.5 + 0.25).tolist(),
-               "degradation": "blur:1"}
+        row = {
+            "prompt": "restore the image",
+            "id": f"r{i}",
+            "source_image": (clean * 0.5 + 0.25).tolist(),
+            "degradation": "blur:1",
+        }
         if i < with_truth:
             row["ground_truth"] = clean.tolist()
         rows.append(row)
@@ -62,8 +66,12 @@ def _config(tmp_path, model, rows, **overrides):
 def test_staged_schedule_supervised_only_then_mixed(tmp_path, tiny_ip2p):
     from ddpo_grpo.trainer import Trainer
 
-    config = _config(tmp_path, tiny_ip2p, _rows_file(tmp_path, n=4, with_truth=2), **{"train.consistency_weight": 0.5,
-                                                                  "train.degradation": "row"})
+    config = _config(
+        tmp_path,
+        tiny_ip2p,
+        _rows_file(tmp_path, n=4, with_truth=2),
+        **{"train.consistency_weight": 0.5, "train.degradation": "row"},
+    )
     trainer = Trainer(config)
     trainer.run()
     rows = [json.loads(line) for line in (tmp_path / "logs" / "sup" / "metrics.jsonl").read_text().splitlines()]
@@ -113,8 +121,12 @@ def test_init_from_reports_keys_and_refuses_a_mismatch_unless_not_strict(tmp_pat
     first.num_epochs = 1
     Trainer(first).run()
     run = Path(first.logdir) / first.run_name
-    other_rank = _config(tmp_path / "b", tiny_ip2p, rows, **{"train.sup_weight": 0.0, "train.sup_floor": 0.0, "train.lora_rank": 4,
-                                                            "pretrained.init_from": str(run)})
+    other_rank = _config(
+        tmp_path / "b",
+        tiny_ip2p,
+        rows,
+        **{"train.sup_weight": 0.0, "train.sup_floor": 0.0, "train.lora_rank": 4, "pretrained.init_from": str(run)},
+    )
     with pytest.raises(ConfigError, match="init_strict=False"):
         Trainer(other_rank)
     other_rank.pretrained.init_strict = False

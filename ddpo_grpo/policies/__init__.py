@@ -1,18 +1,18 @@
-"""Policy adapters, chosen from the pipeline's own class (`model_index.json` → `_class_name`).
+"""Policy adapters, chosen from the pipeline's own class (``model_index.json`` → ``_class_name``).
 
     load_pipeline(model)        -> pipeline (local dir, hub id, a run's output, or a factory file)
     build_policy(model, **kw)   -> Policy adapter around it
     canonical_model(model)      -> the same model with local paths made absolute (for manifests)
 
-Adding a model family = one adapter module + one line in `ADAPTERS` (+ one in `PIPELINES` when its
+Adding a model family = one adapter module + one line in ``ADAPTERS`` (+ one in ``PIPELINES`` when its
 pipeline class is not one of diffusers').
 
 A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
-``"path/to/my_model.py"``, which calls ``build``) imports the file (`ddpo_grpo.pipelines.import_user_file`)
+``"path/to/my_model.py"``, which calls ``build``) imports the file (``ddpo_grpo.pipelines.import_user_file``)
 and calls ``build()``, which returns a pipeline with an adapter — typically a
-`ddpo_grpo.pipelines.DenoiserPipeline` wrapping the user's denoiser — or a dict of `DenoiserPipeline`
+``ddpo_grpo.pipelines.DenoiserPipeline`` wrapping the user's denoiser — or a dict of ``DenoiserPipeline``
 arguments (``{"denoiser": ..., "scheduler": ..., "sample_shape": [...], ...}``). The factory runs on every
-load, including a LoRA run's `final/` (its manifest names the factory as the base model), so keep it
+load, including a LoRA run's ``final/`` (its manifest names the factory as the base model), so keep it
 deterministic (load a checkpoint, seed any random init).
 """
 
@@ -64,7 +64,7 @@ def _read_model_index(model: str) -> dict:
 def resolve_model(model: str) -> tuple[str, str | None]:
     """Return (pipeline directory or hub id, LoRA directory or None) for a model or a run's output.
 
-    Accepted: a pipeline directory or hub id; a run's `final/` directory; a run directory holding `final/`.
+    Accepted: a pipeline directory or hub id; a run's ``final/`` directory; a run directory holding ``final/``.
     """
     path = Path(model)
     if (path / "final" / FINAL_MANIFEST).is_file():
@@ -79,12 +79,12 @@ def resolve_model(model: str) -> tuple[str, str | None]:
 
 
 def is_factory_spec(model: str) -> bool:
-    """True when `model` names a factory file: "path/to/file.py" or "path/to/file.py:fn"."""
+    """True when ``model`` names a factory file: "path/to/file.py" or "path/to/file.py:fn"."""
     return bool(_FACTORY_SPEC.match(str(model)))
 
 
 def canonical_model(model: str) -> str:
-    """`model` with local paths made absolute (a directory, or the file of a factory spec).
+    """``model`` with local paths made absolute (a directory, or the file of a factory spec).
 
     For a manifest that must load from any working directory; hub ids are returned unchanged.
     """
@@ -102,7 +102,7 @@ def _import_target(target: str):
 
 
 def _from_factory(spec: str):
-    """Import the factory file of `spec` and return what its function builds, as a pipeline."""
+    """Import the factory file of ``spec`` and return what its function builds, as a pipeline."""
     match = _FACTORY_SPEC.match(spec)
     file, attr = match["file"], match["attr"] or DEFAULT_FACTORY
     from ddpo_grpo.pipelines import DenoiserPipeline, import_user_file
@@ -116,8 +116,10 @@ def _from_factory(spec: str):
     factory = getattr(module, attr, None)
     if not callable(factory):
         public = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
-        raise ValueError(f"pretrained.model={spec!r}: {os.path.basename(file)!r} has no function {attr!r} "
-                         f"(callables defined there: {public}); name it as 'path/to/file.py:fn_name'")
+        raise ValueError(
+            f"pretrained.model={spec!r}: {os.path.basename(file)!r} has no function {attr!r} "
+            f"(callables defined there: {public}); name it as 'path/to/file.py:fn_name'"
+        )
     try:
         built = factory()
     except Exception as exc:  # the user's code: surface its error with context
@@ -148,7 +150,7 @@ def _pipeline_class(class_name: str, model: str):
 def load_pipeline(model: str, torch_dtype=None):
     """Load any supported pipeline; components saved as null (e.g. SD3 without T5) are passed as None.
 
-    `model`: a pipeline directory or hub id, a run's output (`resolve_model`), or a factory file spec
+    ``model``: a pipeline directory or hub id, a run's output (``resolve_model``), or a factory file spec
     ("path/to/file.py:fn"; see the module docstring). A LoRA run's output loads its base, then the LoRA.
     """
     base, lora_dir = resolve_model(model)
@@ -169,7 +171,7 @@ def load_pipeline(model: str, torch_dtype=None):
 
 
 def _adapter_target(cls) -> str | None:
-    """The "module:Class" of the adapter of pipeline class `cls` or of its nearest registered base class."""
+    """The "module:Class" of the adapter of pipeline class ``cls`` or of its nearest registered base class."""
     return next((ADAPTERS[c.__name__] for c in cls.__mro__ if c.__name__ in ADAPTERS), None)
 
 

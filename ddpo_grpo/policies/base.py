@@ -1,9 +1,9 @@
 """The policy-adapter contract: all that the sampler and the trainer know about a model family.
 
-A `Policy` wraps one diffusers pipeline object. It uses the pipeline's own prompt encoding, VAE and
+A ``Policy`` wraps one diffusers pipeline object. It uses the pipeline's own prompt encoding, VAE and
 scheduler configuration, but runs the denoiser itself, one step at a time, so that every transition
 can be recorded (rollout) and re-scored later (training). It is the only place that knows a model's
-calling convention; `rollout.py` and `trainer.py` work with any subclass.
+calling convention; ``rollout.py`` and ``trainer.py`` work with any subclass.
 
 A subclass provides:
     latent_shape()                            -> shape of one latent / sample without the batch dim
@@ -22,8 +22,8 @@ A subclass provides:
     forward_process(x0, u, noise)             -> (timesteps, sde.Noised): the clean latent noised to level
                                                  u ∈ (0, 1) and the pretraining target there (the
                                                  forward-process objectives and supervised losses)
-and the class attributes below. Image families also use `check_resolution` / `native_resolution` (the VAE's
-downsampling factor); a family without pixels (`policies.denoiser`) overrides them.
+and the class attributes below. Image families also use ``check_resolution`` / ``native_resolution`` (the VAE's
+downsampling factor); a family without pixels (``policies.denoiser``) overrides them.
 """
 
 from __future__ import annotations
@@ -70,16 +70,18 @@ class Policy:
     def __init__(
         self, pipeline, *, resolution: int, max_sequence_length: int = 77, sde_type: str = "flow_grpo", kernel: str = ""
     ):
-        """Wrap `pipeline`.
+        """Wrap ``pipeline``.
 
         resolution: image side in pixels; max_sequence_length: text tokens of encoders that take it
-        (SD3's T5 slot); sde_type: the flow kernel (`sde.flow_sde_step`), ignored by DDIM families;
-        kernel: the transition kernel of families that offer a choice (`kernels`), "" = the family's default.
+        (SD3's T5 slot); sde_type: the flow kernel (``sde.flow_sde_step``), ignored by DDIM families;
+        kernel: the transition kernel of families that offer a choice (``kernels``), "" = the family's default.
         """
         if kernel and kernel not in self.kernels:
             if self.kernels:
-                raise ValueError(f"sample.kernel={kernel!r} is not one of {list(self.kernels)} for "
-                                 f"{type(self).__name__} ('' = its default)")
+                raise ValueError(
+                    f"sample.kernel={kernel!r} is not one of {list(self.kernels)} for "
+                    f"{type(self).__name__} ('' = its default)"
+                )
             raise ValueError(
                 f"sample.kernel={kernel!r}: {type(self).__name__} has no kernel choice; leave sample.kernel empty "
                 "(it selects the kernel of generic denoiser pipelines: 'ddpm' or 'ddim')"
@@ -91,7 +93,7 @@ class Policy:
         self.check_resolution()
 
     def check_resolution(self) -> None:
-        """ValueError unless `self.resolution` suits the model (image families: a multiple of the VAE's factor)."""
+        """ValueError unless ``self.resolution`` suits the model (image families: a multiple of the VAE's factor)."""
         factor = self.vae_scale_factor
         if self.resolution % factor:
             raise ValueError(
@@ -100,7 +102,7 @@ class Policy:
 
     @classmethod
     def native_resolution(cls, pipeline) -> int:
-        """The pipeline's native `resolution` (image families: denoiser sample_size × VAE downsampling factor)."""
+        """The pipeline's native ``resolution`` (image families: denoiser sample_size × VAE downsampling factor)."""
         size = getattr(pipeline, cls.denoiser_attr).config.sample_size
         size = size[0] if isinstance(size, (list, tuple)) else size
         return int(size) * 2 ** (len(pipeline.vae.config.block_out_channels) - 1)
@@ -120,7 +122,7 @@ class Policy:
         return next(self.denoiser.parameters()).device
 
     def latent_shape(self) -> tuple[int, ...]:
-        """Shape of one latent without the batch dim (image families: (C, h, w) at `self.resolution`)."""
+        """Shape of one latent without the batch dim (image families: (C, h, w) at ``self.resolution``)."""
         side = self.resolution // self.vae_scale_factor
         return (self.denoiser.config.in_channels, side, side)
 
@@ -137,8 +139,8 @@ class Policy:
         raise NotImplementedError
 
     def encode_rows(self, rows: list[dict], negative_prompt: str = "") -> dict[str, torch.Tensor]:
-        """The condition of dataset rows, what the rollout stores per sample: by default `encode_prompts` of their
-        prompts; an image-conditioned family also reads other fields (`policies.ip2p`: `source_image`)."""
+        """The condition of dataset rows, what the rollout stores per sample: by default ``encode_prompts`` of their
+        prompts; an image-conditioned family also reads other fields (``policies.ip2p``: ``source_image``)."""
         return self.encode_prompts([r["prompt"] for r in rows], negative_prompt)
 
     def schedule(self, num_steps: int) -> Schedule:
@@ -157,8 +159,8 @@ class Policy:
         raise NotImplementedError
 
     def forward_process(self, x0: torch.Tensor, u: torch.Tensor, noise: torch.Tensor):
-        """Noise clean latents x0 [B, ...] to levels u [B] in (0, 1) with `noise` [B, ...]: (denoiser timesteps
-        [B], `sde.Noised`). u is the family's noise fraction (flow: σ after the scheduler's shift; DDPM: t / T)."""
+        """Noise clean latents x0 [B, ...] to levels u [B] in (0, 1) with ``noise`` [B, ...]: (denoiser timesteps
+        [B], ``sde.Noised``). u is the family's noise fraction (flow: σ after the scheduler's shift; DDPM: t / T)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement forward_process")
 
     def preview(self, samples: torch.Tensor) -> torch.Tensor:
@@ -173,9 +175,9 @@ class Policy:
 
         CFG (Ho & Salimans 2022): ε̃ = ε(x, ∅) + w·(ε(x, c) − ε(x, ∅)). Both branches run as one batch of
         2B, unconditional first, exactly as the diffusers pipelines do, so that sampling and training
-        (which both call this method) see identical arithmetic. `detach_uncond` stops the gradient
+        (which both call this method) see identical arithmetic. ``detach_uncond`` stops the gradient
         through ε(x, ∅) (Flow-GRPO's choice): the value is unchanged, the gradient w·∇ε(x, c) instead of the
-        exact (1 − w)·∇ε(x, ∅) + w·∇ε(x, c) (`train.cfg_uncond_grad`).
+        exact (1 − w)·∇ε(x, ∅) + w·∇ε(x, c) (``train.cfg_uncond_grad``).
             latents: [B, C, h, w]; timesteps: [B]; cond: dict of [B, ...] -> [B, C, h, w]
         """
         positive = {k: v for k, v in cond.items() if not k.startswith("neg_")}
@@ -201,10 +203,10 @@ class Policy:
         self.denoiser.add_adapter(config)
 
     def save_lora(self, out_dir, model: torch.nn.Module) -> None:
-        """Write the LoRA layers of `model` as `Pipeline.save_lora_weights` does (read by `load_lora_weights`).
+        """Write the LoRA layers of ``model`` as ``Pipeline.save_lora_weights`` does (read by ``load_lora_weights``).
 
         The layers are saved in peft's key format, which every diffusers LoRA loader accepts (the old
-        `convert_state_dict_to_diffusers` renaming to `lora.up/down` is NOT applied: SD3's loader silently
+        ``convert_state_dict_to_diffusers`` renaming to ``lora.up/down`` is NOT applied: SD3's loader silently
         drops such keys), together with the adapter's LoraConfig as metadata, without which a loader
         assumes lora_alpha = rank and scales the update wrongly whenever alpha ≠ rank.
         """
@@ -218,9 +220,9 @@ class Policy:
 
     @property
     def lora_metadata_kwarg(self) -> str:
-        """`unet_lora_adapter_metadata` / `transformer_lora_adapter_metadata` of `save_lora_weights`."""
+        """``unet_lora_adapter_metadata`` / ``transformer_lora_adapter_metadata`` of ``save_lora_weights``."""
         return self.lora_layers_kwarg.replace("_lora_layers", "_lora_adapter_metadata")
 
     def save_pipeline(self, out_dir) -> None:
-        """Write the complete pipeline (full fine-tune), loadable with `Pipeline.from_pretrained`."""
+        """Write the complete pipeline (full fine-tune), loadable with ``Pipeline.from_pretrained``."""
         self.pipeline.save_pretrained(str(out_dir))

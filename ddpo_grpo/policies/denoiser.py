@@ -1,19 +1,19 @@
-"""Adapter for `DenoiserPipeline` (ddpo_grpo.pipelines): any denoiser f(x_t, t, **cond), sampled with DDPM or DDIM.
+"""Adapter for ``DenoiserPipeline`` (ddpo_grpo.pipelines): any denoiser f(x_t, t, **cond), sampled with DDPM or DDIM.
 
-The sample is the model's own space (no VAE): `latent_shape()` is the pipeline's ``sample_shape``, and
+The sample is the model's own space (no VAE): ``latent_shape()`` is the pipeline's ``sample_shape``, and
 ``sample.resolution`` (pixels) means nothing here and is ignored (as is ``sample.max_sequence_length``: the
 tokenizer's own max length applies). The noise schedule comes from the pipeline's scheduler (respaced to
 ``num_steps`` by its ``set_timesteps``, its ``timestep_spacing``), the prediction type from its
 ``prediction_type``.
 
-Kernel (`ddpo_grpo.sde`), chosen at construction (``kernel``, the config's ``sample.kernel``):
-    "ddpm"  `ddpm_step`: ancestral sampling, the posterior q(x_prev | x_t, x̂₀) with the scheduler's
+Kernel (``ddpo_grpo.sde``), chosen at construction (``kernel``, the config's ``sample.kernel``):
+    "ddpm"  ``ddpm_step``: ancestral sampling, the posterior q(x_prev | x_t, x̂₀) with the scheduler's
             variance_type (fixed_small / fixed_large); std × η (``sample.eta``): η = 1 is MDM's sampler,
             η = 0 the deterministic posterior-mean chain (what evaluation's noise level 0 gives: NOT DDIM)
-    "ddim"  `ddim_step`: DDIM with η (η = 0: deterministic DDIM, the usual fast evaluation sampler)
+    "ddim"  ``ddim_step``: DDIM with η (η = 0: deterministic DDIM, the usual fast evaluation sampler)
     ""      the scheduler's kind: DDPMScheduler → "ddpm", DDIMScheduler → "ddim"; ``sde_type`` "ddpm" / "ddim"
             also selects (for scripts that pass --sde_type); the flow kernels' names are ignored, as SD does
-The stochasticity field is ``sample.eta`` (`noise_field`), in [0, 1].
+The stochasticity field is ``sample.eta`` (``noise_field``), in [0, 1].
 
 Classifier-free guidance mixes the model outputs, ``uncond + s·(cond − uncond)`` (MDM's
 ClassifierFreeSampleModel), with the pipeline's unconditional branch (``uncond``: zero text embeddings as
@@ -68,16 +68,21 @@ class DenoiserPolicy(Policy):
             return configured
         skipped = {
             f"{name}.{child}" if name else child
-            for name, module in self.denoiser.named_modules() if isinstance(module, torch.nn.MultiheadAttention)
-            for child, _ in module.named_modules() if child
+            for name, module in self.denoiser.named_modules()
+            if isinstance(module, torch.nn.MultiheadAttention)
+            for child, _ in module.named_modules()
+            if child
         }
         targets = tuple(
-            name for name, module in self.denoiser.named_modules()
+            name
+            for name, module in self.denoiser.named_modules()
             if isinstance(module, torch.nn.Linear) and name and name not in skipped
         )
         if not targets:
-            raise ValueError(f"{type(self.denoiser).__name__} has no nn.Linear layer for LoRA: set "
-                             "train.lora_target_modules, or the pipeline's lora_target_modules")
+            raise ValueError(
+                f"{type(self.denoiser).__name__} has no nn.Linear layer for LoRA: set "
+                "train.lora_target_modules, or the pipeline's lora_target_modules"
+            )
         return targets
 
     def frozen_modules(self) -> list[torch.nn.Module]:
@@ -91,8 +96,8 @@ class DenoiserPolicy(Policy):
     def schedule(self, num_steps):
         """The scheduler's timesteps and ᾱ pairs, the previous ᾱ as the scheduler's own step finds it.
 
-        DDPMScheduler: the next timestep of the list, ᾱ = 1 after the last (its `previous_timestep`);
-        DDIMScheduler: t − N_train // T, `final_alpha_cumprod` below 0 (as `SDPolicy`).
+        DDPMScheduler: the next timestep of the list, ᾱ = 1 after the last (its ``previous_timestep``);
+        DDIMScheduler: t − N_train // T, ``final_alpha_cumprod`` below 0 (as ``SDPolicy``).
         """
         sched = self.scheduler
         sched.set_timesteps(num_steps)
@@ -119,7 +124,7 @@ class DenoiserPolicy(Policy):
         return self.pipeline.call_denoiser(model, latents, timesteps, cond)
 
     def predict(self, model, latents, timesteps, cond, guidance_scale: float, detach_uncond: bool = False):
-        """`Policy.predict`; without a condition (unconditional pipeline) one pass, whatever the guidance scale."""
+        """``Policy.predict``; without a condition (unconditional pipeline) one pass, whatever the guidance scale."""
         if not cond:
             return self.forward(model, latents, timesteps, {})
         return super().predict(model, latents, timesteps, cond, guidance_scale, detach_uncond)

@@ -1,23 +1,23 @@
-"""Adapter for `StableDiffusionInstructPix2PixPipeline`: a UNet conditioned on a source image and an instruction.
+"""Adapter for ``StableDiffusionInstructPix2PixPipeline``: a UNet conditioned on a source image and an instruction.
 
 InstructPix2Pix (Brooks et al. 2023) is SD's UNet with the source image's VAE latent concatenated to the
-noisy latent on channels (in_channels = 2 × latent channels). Everything else is `SDPolicy`'s: the DDIM
-kernel on the checkpoint's noise schedule (`sde.ddim_step`), DDPM noising for `forward_process`, decoding.
+noisy latent on channels (in_channels = 2 × latent channels). Everything else is ``SDPolicy``'s: the DDIM
+kernel on the checkpoint's noise schedule (``sde.ddim_step``), DDPM noising for ``forward_process``, decoding.
 
-Conditioning (`encode_rows`, once per sample; the rollout stores it with the sample):
+Conditioning (``encode_rows``, once per sample; the rollout stores it with the sample):
     embeds / neg_embeds   [B, L, D]  the instruction and the negative prompt, as the pipeline encodes them
     image_latents         [B, 4, h, w]  E(source) = vae.encode(2·source − 1).latent_dist.mode(), UNSCALED,
-                                        exactly as the pipeline's `prepare_image_latents` (no scaling_factor)
+                                        exactly as the pipeline's ``prepare_image_latents`` (no scaling_factor)
     image_guidance_scale  [B]  s_I the sample was drawn with (re-scoring uses the stored value)
-The source image is each row's `source_image` field: a path (relative to `source_root`, default the working
+The source image is each row's ``source_image`` field: a path (relative to ``source_root``, default the working
 directory), a (3, H, W) array / tensor / nested list (uint8 levels or floats in [0, 1]) or a PIL image, read by
-`reward_models.similarity.load_image` as the `psnr` / `ssim` rewards read `ground_truth`; resized (bicubic,
+``reward_models.similarity.load_image`` as the ``psnr`` / ``ssim`` rewards read ``ground_truth``; resized (bicubic,
 antialiased) to the policy's resolution when its size differs.
 
 Guidance, as the pipeline computes it (three branches in one batch of 3B, in its order: full condition
 (c_T, c_I), image only (∅_T, c_I), none (∅_T, ∅_I = zero latent)):
     ε̃ = ε(∅_T, ∅_I) + s_T·(ε(c_T, c_I) − ε(∅_T, c_I)) + s_I·(ε(∅_T, c_I) − ε(∅_T, ∅_I))
-with s_T = `sample.guidance_scale` and s_I = `sample.image_guidance_scale` (≥ 1). Like the pipeline, it runs
+with s_T = ``sample.guidance_scale`` and s_I = ``sample.image_guidance_scale`` (≥ 1). Like the pipeline, it runs
 the full-condition branch alone when s_T ≤ 1.
 """
 
@@ -39,7 +39,7 @@ DEFAULT_IMAGE_GUIDANCE = 1.5
 class SupervisedBatch(NamedTuple):
     """The inputs of a supervised step on (source, instruction, ground truth) rows.
 
-    cond: the condition of the rows that have a ground truth (`encode_rows`); x0: [N, 4, h, w] their scaled
+    cond: the condition of the rows that have a ground truth (``encode_rows``); x0: [N, 4, h, w] their scaled
     ground-truth latents; index: [N] their positions among the rows; skipped: rows without a ground truth.
     """
 
@@ -50,7 +50,7 @@ class SupervisedBatch(NamedTuple):
 
 
 def check_image_guidance(value: float) -> float:
-    """`value` as a float, ValueError naming `sample.image_guidance_scale` unless it is a number ≥ 1."""
+    """``value`` as a float, ValueError naming ``sample.image_guidance_scale`` unless it is a number ≥ 1."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
         raise ValueError(
             f"sample.image_guidance_scale={value!r} must be a number ≥ 1 (1 = no image guidance; the "
@@ -88,7 +88,7 @@ class IP2PPolicy(SDPolicy):
 
     # ---- conditioning -----------------------------------------------------------------------------
     def encode_prompts(self, prompts, negative_prompt=""):
-        """Instruction and negative-prompt embeddings [B, L, D] each, by the pipeline's own `_encode_prompt`."""
+        """Instruction and negative-prompt embeddings [B, L, D] each, by the pipeline's own ``_encode_prompt``."""
         prompts = list(prompts)
         negative = [negative_prompt] * len(prompts)
         both = self.pipeline._encode_prompt(prompts, self.device, 1, True, negative_prompt=negative)
@@ -96,7 +96,7 @@ class IP2PPolicy(SDPolicy):
         return {"embeds": embeds, "neg_embeds": neg_embeds}
 
     def source_images(self, rows: list[dict]) -> torch.Tensor:
-        """The rows' `source_image` fields as float [B, 3, H, W] in [0, 1] at the policy's resolution."""
+        """The rows' ``source_image`` fields as float [B, 3, H, W] in [0, 1] at the policy's resolution."""
         from reward_models.similarity import load_image
 
         images = []
@@ -137,8 +137,8 @@ class IP2PPolicy(SDPolicy):
     def predict(self, model, latents, timesteps, cond, guidance_scale: float, detach_uncond: bool = False):
         """The pipeline's dual guidance (module docstring).
 
-        `detach_uncond` stops the gradient through the image-only and unconditional branches (the value is
-        unchanged). latents: [B, C, h, w]; timesteps: [B]; cond: from `encode_rows` -> [B, C, h, w]
+        ``detach_uncond`` stops the gradient through the image-only and unconditional branches (the value is
+        unchanged). latents: [B, C, h, w]; timesteps: [B]; cond: from ``encode_rows`` -> [B, C, h, w]
         """
         if "image_latents" not in cond:
             raise ValueError(
@@ -176,9 +176,9 @@ class IP2PPolicy(SDPolicy):
         negative_prompt: str = "",
         generator: torch.Generator | None = None,
     ) -> SupervisedBatch:
-        """(cond, x0, index, skipped) of the rows with a `key` image (rows without one are skipped and counted).
+        """(cond, x0, index, skipped) of the rows with a ``key`` image (rows without one are skipped and counted).
 
-        With `forward_process`: ``t, noised = policy.forward_process(b.x0, u, noise)``, then
+        With ``forward_process``: ``t, noised = policy.forward_process(b.x0, u, noise)``, then
         ``pred = policy.predict(model, noised.x_t, t, b.cond, 1.0)`` regresses ``noised.target``.
         """
         from reward_models.similarity import load_image

@@ -1,4 +1,4 @@
-"""Adapter for `StableDiffusionPipeline` (SD 1.x / 2.x): UNet2DConditionModel sampled with DDIM."""
+"""Adapter for ``StableDiffusionPipeline`` (SD 1.x / 2.x): UNet2DConditionModel sampled with DDIM."""
 
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ class SDPolicy(Policy):
         prev = timesteps - sched.config.num_train_timesteps // num_steps  # [T]
         alphas = sched.alphas_cumprod.to(torch.float64)
         alpha_t = alphas[timesteps]
-        alpha_prev = torch.where(prev >= 0, alphas[prev.clamp(min=0)], torch.as_tensor(sched.final_alpha_cumprod, dtype=torch.float64))
+        alpha_prev = torch.where(
+            prev >= 0, alphas[prev.clamp(min=0)], torch.as_tensor(sched.final_alpha_cumprod, dtype=torch.float64)
+        )
         return Schedule(
             timesteps=timesteps,
             kernel_args={"alpha_prod_t": alpha_t.float(), "alpha_prod_t_prev": alpha_prev.float()},
@@ -51,8 +53,14 @@ class SDPolicy(Policy):
 
     def step(self, model_output, latents, kernel_args, noise_level, *, prev_sample=None, generator=None) -> Step:
         return ddim_step(
-            model_output, latents, kernel_args["alpha_prod_t"], kernel_args["alpha_prod_t_prev"],
-            eta=noise_level, prev_sample=prev_sample, generator=generator, prediction_type=self.prediction_type,
+            model_output,
+            latents,
+            kernel_args["alpha_prod_t"],
+            kernel_args["alpha_prod_t_prev"],
+            eta=noise_level,
+            prev_sample=prev_sample,
+            generator=generator,
+            prediction_type=self.prediction_type,
             validate=False,
         )
 

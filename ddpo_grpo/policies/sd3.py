@@ -1,8 +1,8 @@
-"""Adapter for `StableDiffusion3Pipeline` (SD3 / SD3.5): SD3Transformer2DModel with flow matching.
+"""Adapter for ``StableDiffusion3Pipeline`` (SD3 / SD3.5): SD3Transformer2DModel with flow matching.
 
-The schedule comes from the pipeline's own `FlowMatchEulerDiscreteScheduler` (so `shift` and dynamic
-shifting apply as in diffusers); the transition is one of the stochastic kernels of `ddpo_grpo.sde`
-(`sample.sde_type`), which turns the deterministic ODE into a Gaussian policy.
+The schedule comes from the pipeline's own ``FlowMatchEulerDiscreteScheduler`` (so ``shift`` and dynamic
+shifting apply as in diffusers); the transition is one of the stochastic kernels of ``ddpo_grpo.sde``
+(``sample.sde_type``), which turns the deterministic ODE into a Gaussian policy.
 """
 
 from __future__ import annotations
@@ -29,9 +29,16 @@ class SD3Policy(Policy):
         prompts = list(prompts)
         negative = [negative_prompt] * len(prompts)
         embeds, neg_embeds, pooled, neg_pooled = self.pipeline.encode_prompt(
-            prompt=prompts, prompt_2=prompts, prompt_3=prompts, device=self.device, num_images_per_prompt=1,
-            do_classifier_free_guidance=True, negative_prompt=negative, negative_prompt_2=negative,
-            negative_prompt_3=negative, max_sequence_length=self.max_sequence_length,
+            prompt=prompts,
+            prompt_2=prompts,
+            prompt_3=prompts,
+            device=self.device,
+            num_images_per_prompt=1,
+            do_classifier_free_guidance=True,
+            negative_prompt=negative,
+            negative_prompt_2=negative,
+            negative_prompt_3=negative,
+            max_sequence_length=self.max_sequence_length,
         )
         # embeds: [B, L, D]; pooled: [B, P]
         return {"embeds": embeds, "neg_embeds": neg_embeds, "pooled": pooled, "neg_pooled": neg_pooled}
@@ -47,8 +54,10 @@ class SD3Policy(Policy):
             patch = self.denoiser.config.patch_size
             kwargs["mu"] = calculate_shift(
                 (h // patch) * (w // patch),
-                sched.config.get("base_image_seq_len", 256), sched.config.get("max_image_seq_len", 4096),
-                sched.config.get("base_shift", 0.5), sched.config.get("max_shift", 1.16),
+                sched.config.get("base_image_seq_len", 256),
+                sched.config.get("max_image_seq_len", 4096),
+                sched.config.get("base_shift", 0.5),
+                sched.config.get("max_shift", 1.16),
             )
         sched.set_timesteps(num_steps, **kwargs)
         sigmas = sched.sigmas.float()  # [T + 1], last = 0
@@ -63,14 +72,24 @@ class SD3Policy(Policy):
 
     def forward(self, model, latents, timesteps, cond):
         return model(
-            hidden_states=latents, timestep=timesteps, encoder_hidden_states=cond["embeds"],
-            pooled_projections=cond["pooled"], return_dict=False,
+            hidden_states=latents,
+            timestep=timesteps,
+            encoder_hidden_states=cond["embeds"],
+            pooled_projections=cond["pooled"],
+            return_dict=False,
         )[0]
 
     def step(self, model_output, latents, kernel_args, noise_level, *, prev_sample=None, generator=None) -> Step:
         return flow_sde_step(
-            model_output, latents, kernel_args["sigma"], kernel_args["sigma_next"], noise_level=noise_level,
-            sde_type=self.sde_type, prev_sample=prev_sample, generator=generator, validate=False,
+            model_output,
+            latents,
+            kernel_args["sigma"],
+            kernel_args["sigma_next"],
+            noise_level=noise_level,
+            sde_type=self.sde_type,
+            prev_sample=prev_sample,
+            generator=generator,
+            validate=False,
         )
 
     def forward_process(self, x0, u, noise) -> tuple:

@@ -11,6 +11,7 @@
 Recipes: ``worlds/shapes/pretrain/`` (SD3, SD; ``scripts/pretrain_shapes.py``),
 ``worlds/motion/pretrain.py`` (MDM; ``scripts/pretrain_motion.py``).
 """
+
 from __future__ import annotations
 
 from ddpo_grpo.pretraining.config import PretrainConfig, ResumeError, resumed_config
@@ -28,5 +29,19 @@ from ddpo_grpo.pretraining.loop import (
     start,
 )
 
-__all__ = ["EVAL_SEED", "FINAL_DIR", "FINAL_EVAL", "LOG_FILE", "PretrainConfig", "Pretrainer", "Recipe",
-           "ResumeError", "Stage", "TrainingData", "lr_at", "resumed_config", "run", "start"]
+__all__ = [
+    "EVAL_SEED",
+    "FINAL_DIR",
+    "FINAL_EVAL",
+    "LOG_FILE",
+    "PretrainConfig",
+    "Pretrainer",
+    "Recipe",
+    "ResumeError",
+    "Stage",
+    "TrainingData",
+    "lr_at",
+    "resumed_config",
+    "run",
+    "start",
+]

@@ -7,6 +7,7 @@ A field's flag parses as its annotation says: ``tuple[float, ...]`` from ``"1,2,
 ``none`` / ``""`` for None. Flags not given do not appear in the namespace (``argparse.SUPPRESS``), so a
 resumed run sees only the settings asked for now (:func:`~ddpo_grpo.pretraining.config.resumed_config`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,9 @@ def add_config_flags(p: argparse.ArgumentParser, config_cls: type[PretrainConfig
     for f in dataclasses.fields(config_cls):
         default = getattr(defaults, f.name)
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        p.add_argument(f"--{f.name}", type=field_parser(hints[f.name]), default=argparse.SUPPRESS,
-                       help=f"(default: {shown})")
+        p.add_argument(
+            f"--{f.name}", type=field_parser(hints[f.name]), default=argparse.SUPPRESS, help=f"(default: {shown})"
+        )
 
 
 def config_parser(config_cls: type[PretrainConfig], description: str) -> argparse.ArgumentParser:
@@ -79,8 +81,9 @@ def main_for(recipe_cls, argv, parser: argparse.ArgumentParser, label: str = "",
     cfg_cls = recipe_cls.config_class
     try:
         cfg = cfg_cls.tiny(**given) if args["tiny"] else cfg_cls(**given)
-        final = run(recipe_cls, cfg, args["out"], resume=args["resume"], log=lambda s: print(s, flush=True),
-                    overrides=given)
+        final = run(
+            recipe_cls, cfg, args["out"], resume=args["resume"], log=lambda s: print(s, flush=True), overrides=given
+        )
     except ResumeError as exc:
         sys.exit(f"--resume {args['out']}{f' ({label})' if label else ''}: {exc}")
     print(f"done: {final}", flush=True)

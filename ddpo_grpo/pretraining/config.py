@@ -5,6 +5,7 @@ fields and its stage lengths; the whole config is saved in every checkpoint, and
 continues with the saved one (:func:`resumed_config`), where only the ``RESUME_MUTABLE`` fields may
 change.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,11 +46,24 @@ class PretrainConfig:
     #: (evaluation draws from its own generators). A recipe adds its last stage's length, which *extends* a
     #: run: the cosine LR schedule is re-stretched over the new total from the current step on.
     RESUME_MUTABLE: ClassVar[tuple[str, ...]] = (
-        "eval_every", "eval_per_task", "final_eval_per_task", "ckpt_every", "keep_last", "log_every")
+        "eval_every",
+        "eval_per_task",
+        "final_eval_per_task",
+        "ckpt_every",
+        "keep_last",
+        "log_every",
+    )
     #: the toy sizes of :meth:`tiny`, for tests (a recipe extends them with its own)
     TINY: ClassVar[dict] = dict(
-        batch_size=4, warmup_steps=1, eval_every=0, eval_per_task=1, final_eval_per_task=1, eval_steps=2,
-        ckpt_every=2, log_every=1)
+        batch_size=4,
+        warmup_steps=1,
+        eval_every=0,
+        eval_per_task=1,
+        final_eval_per_task=1,
+        eval_steps=2,
+        ckpt_every=2,
+        log_every=1,
+    )
 
     @classmethod
     def tiny(cls, **overrides) -> PretrainConfig:
@@ -92,13 +106,17 @@ def resumed_config(cls: type[PretrainConfig], saved: dict, given: dict) -> tuple
     """
     unknown = set(saved) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
-        raise ResumeError(f"the checkpoint holds a run of another architecture (fields {sorted(unknown)[:4]} are "
-                          f"not {cls.__name__} fields); resume it with the recipe (--arch) it was started with")
+        raise ResumeError(
+            f"the checkpoint holds a run of another architecture (fields {sorted(unknown)[:4]} are "
+            f"not {cls.__name__} fields); resume it with the recipe (--arch) it was started with"
+        )
     before = cls.filled(saved)
     changed = {k: (before[k], v) for k, v in given.items() if (list(v) if isinstance(v, tuple) else v) != before[k]}
     clash = [k for k in changed if k not in cls.RESUME_MUTABLE]
     if clash:
-        raise ResumeError("a resumed run keeps its saved config; these settings differ from it: "
-                          + ", ".join(f"{k}={changed[k][1]} (saved {changed[k][0]})" for k in clash)
-                          + f". Drop them, or start a new run (changeable on resume: {', '.join(cls.RESUME_MUTABLE)})")
+        raise ResumeError(
+            "a resumed run keeps its saved config; these settings differ from it: "
+            + ", ".join(f"{k}={changed[k][1]} (saved {changed[k][0]})" for k in clash)
+            + f". Drop them, or start a new run (changeable on resume: {', '.join(cls.RESUME_MUTABLE)})"
+        )
     return cls.from_dict({**before, **{k: new for k, (_, new) in changed.items()}}), changed

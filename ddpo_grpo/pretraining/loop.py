@@ -27,6 +27,7 @@ parameters), the optimizer (none at the end of a stage: the next one starts its 
 bit-exactly (same thread count). Finally the EMA pipeline is saved to ``<out>/final``, loaded back and
 evaluated into ``final_eval.json``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -155,8 +156,9 @@ class Pretrainer:
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.data = recipe.make_data()
-        self.ema = {k: EMA(trainable_parameters(recipe.models[k]), self.cfg.ema_decay, warmup=True)
-                    for k in recipe.ema_modules}
+        self.ema = {
+            k: EMA(trainable_parameters(recipe.models[k]), self.cfg.ema_decay, warmup=True) for k in recipe.ema_modules
+        }
         self.total = sum(s.steps for s in recipe.stages)
         self.step = 0  # global: the stages' steps one after the other
         self.opt: torch.optim.Optimizer | None = None
@@ -214,10 +216,21 @@ class Pretrainer:
             ran, done = ran + 1, local + 1 == stage.steps
             if self.step % cfg.log_every == 0 or done:
                 speed = ran / (time.time() - t_log)
-                self._write({"global_step": self.step, "stage": stage.name, f"{stage.name}_step": local + 1, "lr": lr,
-                             **{k: round(v / ran, 5) for k, v in acc.items()}, "steps_per_s": round(speed, 3)})
-                self.log(f"[{stage.name}] step {local + 1}/{stage.steps} (global {self.step}/{self.total}) "
-                         + " ".join(f"{k}={v / ran:.4f}" for k, v in acc.items()) + f" lr={lr:.2e} {speed:.2f} steps/s")
+                self._write(
+                    {
+                        "global_step": self.step,
+                        "stage": stage.name,
+                        f"{stage.name}_step": local + 1,
+                        "lr": lr,
+                        **{k: round(v / ran, 5) for k, v in acc.items()},
+                        "steps_per_s": round(speed, 3),
+                    }
+                )
+                self.log(
+                    f"[{stage.name}] step {local + 1}/{stage.steps} (global {self.step}/{self.total}) "
+                    + " ".join(f"{k}={v / ran:.4f}" for k, v in acc.items())
+                    + f" lr={lr:.2e} {speed:.2f} steps/s"
+                )
                 ran, t_log, acc = 0, time.time(), defaultdict(float)
             if done and stage is not self.recipe.stages[-1]:
                 self.opt = None  # the next stage gets its own optimizer
@@ -232,10 +245,13 @@ class Pretrainer:
     def describe(self) -> str:
         counts = {k: sum(p.numel() for p in m.parameters()) for k, m in self.recipe.models.items()}
         total = sum(counts.values())
-        return ("params: " + ", ".join(f"{k}={v / 1e6:.3f}M" for k, v in counts.items())
-                + f", total={total / 1e6:.3f}M (~{4 * total / 1e6:.1f} MB float32); stages: "
-                + ", ".join(f"{s.name} {s.steps} steps ({'+'.join(s.modules)})" for s in self.recipe.stages)
-                + f"; now at global step {self.step}/{self.total}")
+        return (
+            "params: "
+            + ", ".join(f"{k}={v / 1e6:.3f}M" for k, v in counts.items())
+            + f", total={total / 1e6:.3f}M (~{4 * total / 1e6:.1f} MB float32); stages: "
+            + ", ".join(f"{s.name} {s.steps} steps ({'+'.join(s.modules)})" for s in self.recipe.stages)
+            + f"; now at global step {self.step}/{self.total}"
+        )
 
     def evaluate(self, per_task: int, tag: str, pipe=None) -> dict:
         """Score ``per_task`` deterministic samples per group of ``pipe`` (default: the EMA pipeline).
@@ -261,19 +277,33 @@ class Pretrainer:
                 pipe = recipe.pipeline()
             policy = build_policy(pipe, **recipe.policy_options())
             metrics, samples, captions = evaluate(
-                policy, recipe.eval_rows(), recipe.eval_reward(), num_steps=cfg.eval_steps,
-                guidance_scale=cfg.eval_guidance, per_group=per_task, group_by=recipe.eval_group_by, seed=EVAL_SEED)
+                policy,
+                recipe.eval_rows(),
+                recipe.eval_reward(),
+                num_steps=cfg.eval_steps,
+                guidance_scale=cfg.eval_guidance,
+                per_group=per_task,
+                group_by=recipe.eval_group_by,
+                seed=EVAL_SEED,
+            )
             shown = min(per_task, GRID_PER_TASK)
             keep = [g * per_task + j for g in range(len(samples) // per_task) for j in range(shown)]  # groups in order
             images = policy.preview(samples[keep])
         save_grid(images, [captions[i] for i in keep], str(self.out / "samples" / f"{tag}.png"), nrow=shown)
         stage, local = self.locate()
-        rec = {"global_step": self.step, "stage": stage.name, f"{stage.name}_step": local, "eval": tag, **metrics,
-               "eval/seconds": round(time.time() - t0, 1)}
+        rec = {
+            "global_step": self.step,
+            "stage": stage.name,
+            f"{stage.name}_step": local,
+            "eval": tag,
+            **metrics,
+            "eval/seconds": round(time.time() - t0, 1),
+        }
         self._write(rec)
         metric, group_by = recipe.eval_metric, recipe.eval_group_by
-        groups = " ".join(f"{k.rsplit('/', 1)[1]}={v:.2f}" for k, v in metrics.items()
-                          if k.startswith(f"eval/{metric}/"))
+        groups = " ".join(
+            f"{k.rsplit('/', 1)[1]}={v:.2f}" for k, v in metrics.items() if k.startswith(f"eval/{metric}/")
+        )
         headline = metrics.get(f"eval/{group_by}_mean/{metric}", metrics.get(f"eval/{metric}", math.nan))
         self.log(f"eval {tag}: {metric} {groups} {group_by}_mean={headline:.2f}")
         return rec
@@ -298,10 +328,21 @@ class Pretrainer:
     def save(self) -> Path:
         tensors = {k: m.state_dict() for k, m in self.recipe.models.items()}
         tensors.update({f"ema_{k}": ema.state_dict() for k, ema in self.ema.items()})
-        state = {"global_step": self.step, "stage": self.locate()[0].name, "config": self.cfg.to_dict(),
-                 "latent_stats": self.recipe.latent_stats, **self.data.state_dict()}
-        return save_checkpoint(self.out, self.step, tensors=tensors, state=state, keep_last=self.cfg.keep_last,
-                               optimizer_state=self.opt.state_dict() if self.opt is not None else None)
+        state = {
+            "global_step": self.step,
+            "stage": self.locate()[0].name,
+            "config": self.cfg.to_dict(),
+            "latent_stats": self.recipe.latent_stats,
+            **self.data.state_dict(),
+        }
+        return save_checkpoint(
+            self.out,
+            self.step,
+            tensors=tensors,
+            state=state,
+            keep_last=self.cfg.keep_last,
+            optimizer_state=self.opt.state_dict() if self.opt is not None else None,
+        )
 
     def restore(self, path) -> None:
         ck = load_checkpoint(path)
@@ -325,8 +366,14 @@ class Pretrainer:
         self.log(f"resumed from {ck['path']} at global step {self.step} ({stage.name} stage)")
 
 
-def start(recipe_cls: type[Recipe], cfg: PretrainConfig, out_dir, resume: bool = False, log=print,
-          overrides: dict | None = None) -> Pretrainer:
+def start(
+    recipe_cls: type[Recipe],
+    cfg: PretrainConfig,
+    out_dir,
+    resume: bool = False,
+    log=print,
+    overrides: dict | None = None,
+) -> Pretrainer:
     """A new run of ``recipe_cls(cfg)`` in ``out_dir``, or (``resume``) the run there, from its newest checkpoint.
 
     A resumed run keeps its saved config, where ``overrides`` may change the ``RESUME_MUTABLE``
@@ -335,8 +382,10 @@ def start(recipe_cls: type[Recipe], cfg: PretrainConfig, out_dir, resume: bool =
     out = Path(out_dir)
     existing = list_checkpoints(out)
     if existing and not resume:
-        raise FileExistsError(f"{out} already has checkpoints (newest {existing[-1].name}); "
-                              "pass --resume to continue it or choose a new --out")
+        raise FileExistsError(
+            f"{out} already has checkpoints (newest {existing[-1].name}); "
+            "pass --resume to continue it or choose a new --out"
+        )
     if not existing:
         if resume:
             log(f"--resume: no checkpoint in {out}, starting from scratch")
@@ -346,17 +395,27 @@ def start(recipe_cls: type[Recipe], cfg: PretrainConfig, out_dir, resume: bool =
     saved = load_checkpoint(existing[-1])["state"]
     cfg, changed = resumed_config(recipe_cls.config_class, saved["config"], overrides or {})
     if changed:
-        log("resuming with changed settings: "
-            + ", ".join(f"{k}={new} (was {old})" for k, (old, new) in changed.items()))
+        log(
+            "resuming with changed settings: "
+            + ", ".join(f"{k}={new} (was {old})" for k, (old, new) in changed.items())
+        )
     trainer = Pretrainer(recipe_cls(cfg), out, log=log)
     if trainer.total < saved["global_step"]:
-        raise ResumeError(f"the run would end at step {trainer.total}, before the checkpoint's step "
-                          f"{saved['global_step']}; give more steps")
+        raise ResumeError(
+            f"the run would end at step {trainer.total}, before the checkpoint's step "
+            f"{saved['global_step']}; give more steps"
+        )
     trainer.restore(existing[-1])
     return trainer
 
 
-def run(recipe_cls: type[Recipe], cfg: PretrainConfig, out_dir, resume: bool = False, log=print,
-        overrides: dict | None = None) -> Path:
+def run(
+    recipe_cls: type[Recipe],
+    cfg: PretrainConfig,
+    out_dir,
+    resume: bool = False,
+    log=print,
+    overrides: dict | None = None,
+) -> Path:
     """Train (or continue, with ``resume``) a run in ``out_dir`` (:func:`start`); return the final pipeline dir."""
     return start(recipe_cls, cfg, out_dir, resume, log, overrides).train()

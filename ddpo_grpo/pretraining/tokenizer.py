@@ -8,6 +8,7 @@ for a small text encoder to learn than character sequences (:mod:`ddpo_grpo.tiny
 sequences short. The files live in a temporary directory; ``save_pretrained`` writes them with the
 pipeline.
 """
+
 from __future__ import annotations
 
 import collections
@@ -53,8 +54,10 @@ def check_words(words: Sequence[str]) -> list[str]:
     out = list(dict.fromkeys(words))
     bad = [w for w in out if not w or set(w) - allowed]
     if bad:
-        raise ValueError(f"word tokenizer: words must be non-empty, lowercase ASCII letters, digits or punctuation, "
-                         f"without spaces; got {bad[:5]}")
+        raise ValueError(
+            f"word tokenizer: words must be non-empty, lowercase ASCII letters, digits or punctuation, "
+            f"without spaces; got {bad[:5]}"
+        )
     return out
 
 

@@ -33,17 +33,30 @@ library version); :func:`split_rule` returns the drawn sets:
 With seed 0: 708 train prompts (12 single, 36 counting, 132 two-object, 528 position) and 402 test
 prompts (3, 9, 78, 312).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .world import CANVAS, COLORS, COUNT_WORDS, RELATIONS, SHAPES, TASKS, Constraints, ObjectSpec, Scene, render, sample_scene
+from .world import (
+    CANVAS,
+    COLORS,
+    COUNT_WORDS,
+    RELATIONS,
+    SHAPES,
+    TASKS,
+    Constraints,
+    ObjectSpec,
+    Scene,
+    render,
+    sample_scene,
+)
 
 #: seed of the shipped split
 SPLIT_SEED = 0
@@ -136,12 +149,12 @@ def constraints_of(item) -> Constraints:
 # --------------------------------------------------------------------------------------------
 
 
-def all_pairs() -> List[Tuple[str, str]]:
+def all_pairs() -> list[tuple[str, str]]:
     """The 15 colour–shape pairs, colour-major."""
     return [(c, s) for c in COLORS for s in SHAPES]
 
 
-def enumerate_constraints(task: Optional[str] = None) -> Iterator[Constraints]:
+def enumerate_constraints(task: str | None = None) -> Iterator[Constraints]:
     """Every prompt's constraints, task by task in :data:`TASKS` order (or only ``task``)."""
     tasks = TASKS if task is None else (task,)
     for t in tasks:
@@ -167,7 +180,7 @@ def enumerate_constraints(task: Optional[str] = None) -> Iterator[Constraints]:
                             yield Constraints(t, objs, rel)
 
 
-def all_prompts(task: Optional[str] = None) -> List[str]:
+def all_prompts(task: str | None = None) -> list[str]:
     """Every prompt (of ``task``, or of all tasks)."""
     return [format_prompt(c) for c in enumerate_constraints(task)]
 
@@ -186,7 +199,7 @@ def _rank(seed: int, key: str) -> str:
     return hashlib.sha256(f"shapesworld/{seed}/{key}".encode()).hexdigest()
 
 
-def split_rule(seed: int = SPLIT_SEED) -> Dict[str, list]:
+def split_rule(seed: int = SPLIT_SEED) -> dict[str, list]:
     """The held-out sets of the split (see the module docstring).
 
     Returns ``{"held_out_pairs": [(color, shape)] * 3, "held_out_counting": [(count, color, shape)] * 9,
@@ -201,7 +214,7 @@ def split_rule(seed: int = SPLIT_SEED) -> Dict[str, list]:
     return {"held_out_pairs": held_pairs, "held_out_counting": held_counting, "held_out_singles": singles[:3]}
 
 
-def split_of(c: Constraints, seed: int = SPLIT_SEED, rule: Optional[dict] = None) -> str:
+def split_of(c: Constraints, seed: int = SPLIT_SEED, rule: dict | None = None) -> str:
     """``"train"`` or ``"test"``: which split the prompt of ``c`` belongs to."""
     rule = split_rule(seed) if rule is None else rule
     o = c.objects
@@ -214,10 +227,10 @@ def split_of(c: Constraints, seed: int = SPLIT_SEED, rule: Optional[dict] = None
     return "test" if held else "train"
 
 
-def make_split(seed: int = SPLIT_SEED) -> Dict[str, List[dict]]:
+def make_split(seed: int = SPLIT_SEED) -> dict[str, list[dict]]:
     """``{"train": rows, "test": rows}`` over every prompt, in enumeration order."""
     rule = split_rule(seed)
-    out: Dict[str, List[dict]] = {"train": [], "test": []}
+    out: dict[str, list[dict]] = {"train": [], "test": []}
     for c in enumerate_constraints():
         out[split_of(c, rule=rule)].append(make_row(c))
     return out
@@ -230,7 +243,7 @@ def split_path(split: str) -> Path:
     return DATA_DIR / f"shapes_{split}.jsonl"
 
 
-def load_split(split: str) -> List[dict]:
+def load_split(split: str) -> list[dict]:
     """Rows of a shipped split file (``{"prompt", "task", "objects", "relation"}`` each)."""
     path = split_path(split)
     if not path.is_file():
@@ -239,17 +252,17 @@ def load_split(split: str) -> List[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def train_rows() -> List[dict]:
+def train_rows() -> list[dict]:
     """The shipped train split: the ``shapes_train`` prompt source."""
     return load_split("train")
 
 
-def test_rows() -> List[dict]:
+def test_rows() -> list[dict]:
     """The shipped test split (held-out compositions): the ``shapes_test`` prompt source."""
     return load_split("test")
 
 
-def write_split(out_dir: Optional[Path] = None, seed: int = SPLIT_SEED) -> Dict[str, Path]:
+def write_split(out_dir: Path | None = None, seed: int = SPLIT_SEED) -> dict[str, Path]:
     """Write ``shapes_{train,test}.jsonl`` (one JSON object per line) into ``out_dir``."""
     out_dir = DATA_DIR if out_dir is None else Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -263,11 +276,11 @@ def write_split(out_dir: Optional[Path] = None, seed: int = SPLIT_SEED) -> Dict[
     return paths
 
 
-def scene_for_prompt(prompt: Union[str, Constraints, dict], seed: int) -> Scene:
+def scene_for_prompt(prompt: str | Constraints | dict, seed: int) -> Scene:
     """The scene drawn for ``prompt`` with ``numpy.random.default_rng(seed)`` (deterministic)."""
     return sample_scene(constraints_of(prompt), np.random.default_rng(int(seed)))
 
 
-def render_prompt(prompt: Union[str, Constraints, dict], seed: int, size: int = CANVAS) -> np.ndarray:
+def render_prompt(prompt: str | Constraints | dict, seed: int, size: int = CANVAS) -> np.ndarray:
     """``render(scene_for_prompt(prompt, seed), size)``: a ground-truth image for ``prompt``."""
     return render(scene_for_prompt(prompt, seed), size)

@@ -52,10 +52,12 @@ Resolution-dependent thresholds (area, offsets) scale with ``size / 64``.
 ``python -m worlds.shapes.judge [--n 200]`` prints the agreement table over clean and perturbed
 renders (:func:`measure_agreement`).
 """
+
 from __future__ import annotations
 
 import io
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -122,11 +124,13 @@ def to_uint8_image(image: Any, size: int = CANVAS) -> np.ndarray:
         from PIL import Image
 
         shrink = arr.shape[0] > size or arr.shape[1] > size
-        arr = np.asarray(Image.fromarray(np.ascontiguousarray(arr)).resize((size, size), Image.BOX if shrink else Image.NEAREST))
+        arr = np.asarray(
+            Image.fromarray(np.ascontiguousarray(arr)).resize((size, size), Image.BOX if shrink else Image.NEAREST)
+        )
     return np.ascontiguousarray(arr)
 
 
-def classify_pixels(img: np.ndarray, tol: Optional[float] = None, edge_tol: Optional[float] = None) -> np.ndarray:
+def classify_pixels(img: np.ndarray, tol: float | None = None, edge_tol: float | None = None) -> np.ndarray:
     """int8 ``[H, W]``: 0 = white, 1..5 = palette colour ``COLORS[k-1]``, -1 = noise.
 
     Blend model: a pixel is ``W + a (C_k - W)`` (white ``W``, colour ``C_k``, coverage ``a``) plus
@@ -200,7 +204,7 @@ def connected_components(lab: np.ndarray) -> np.ndarray:
     return np.where(lab > 0, out, -1)
 
 
-def classify_shape(mask: np.ndarray) -> Tuple[str, Dict[str, float]]:
+def classify_shape(mask: np.ndarray) -> tuple[str, dict[str, float]]:
     """Shape of a component's box-cropped boolean mask: ``(shape or "unknown", {shape: IoU})``."""
     h, w = mask.shape
     ious = {}
@@ -213,7 +217,7 @@ def classify_shape(mask: np.ndarray) -> Tuple[str, Dict[str, float]]:
     return (best if ious[best] >= MIN_IOU else "unknown"), ious
 
 
-def detect(image: Any, size: int = CANVAS) -> List[dict]:
+def detect(image: Any, size: int = CANVAS) -> list[dict]:
     """Objects of ``image``: dicts ``{"color", "shape", "centre": [x, y], "bbox": [x0, y0, x1, y1],
     "area", "iou"}`` (``bbox`` ends exclusive, in ``size``-px coordinates; ``shape`` may be
     ``"unknown"``), sorted by bounding-box top-left corner."""
@@ -250,8 +254,9 @@ def detect(image: Any, size: int = CANVAS) -> List[dict]:
 
 def check_constraints(
     detected: Sequence[dict], c: Constraints, size: int = CANVAS, relation_tol: float = RELATION_TOL
-) -> List[Tuple[str, bool]]:
+) -> list[tuple[str, bool]]:
     """The task's constraint list (see the module docstring) as ``[(description, satisfied)]``."""
+
     def pair(o):
         return (o["color"], o["shape"])
 
@@ -276,7 +281,7 @@ def check_constraints(
 
 def judge(
     image: Any,
-    prompt: Union[str, dict, Constraints],
+    prompt: str | dict | Constraints,
     size: int = CANVAS,
     relation_tol: float = RELATION_TOL,
 ) -> dict:
@@ -304,7 +309,7 @@ def judge(
 # --------------------------------------------------------------------------------------------
 
 #: perturbation name -> description (see :func:`perturb`)
-PERTURBATIONS: Dict[str, str] = {
+PERTURBATIONS: dict[str, str] = {
     "clean": "none",
     "noise": "Gaussian noise, sigma = 8/255 per channel",
     "blur": "PIL GaussianBlur(radius=0.8)",
@@ -339,7 +344,7 @@ def perturb(img: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
     raise ValueError(f"unknown perturbation {kind!r}; perturbations: {', '.join(PERTURBATIONS)}")
 
 
-def mismatches(c: Constraints) -> List[Tuple[str, Constraints]]:
+def mismatches(c: Constraints) -> list[tuple[str, Constraints]]:
     """Hard negatives: single edits of ``c`` that no scene satisfying ``c`` can satisfy.
 
     Kinds: ``"color"`` / ``"shape"`` (change one named object's colour / shape — the multiset of
@@ -347,7 +352,7 @@ def mismatches(c: Constraints) -> List[Tuple[str, Constraints]]:
     ``"relation"`` (position: the opposite relation). Edits that would name the same pair twice are
     skipped.
     """
-    out: List[Tuple[str, Constraints]] = []
+    out: list[tuple[str, Constraints]] = []
 
     def add(kind, task, objs, rel=None):
         try:
@@ -381,7 +386,7 @@ def measure_agreement(
     seed: int = 0,
     perturbations: Sequence[str] = tuple(PERTURBATIONS),
     tasks: Sequence[str] = TASKS,
-) -> Dict[str, Dict[str, Dict[str, float]]]:
+) -> dict[str, dict[str, dict[str, float]]]:
     """Strict agreement of the judge with ground truth, per perturbation and task.
 
     For each task, ``n_per_task`` prompts are drawn uniformly from every prompt of the task and a
@@ -392,7 +397,7 @@ def measure_agreement(
     from .grammar import enumerate_constraints
 
     rng = np.random.default_rng(seed)
-    table: Dict[str, Dict[str, Dict[str, float]]] = {p: {} for p in perturbations}
+    table: dict[str, dict[str, dict[str, float]]] = {p: {} for p in perturbations}
     for task in tasks:
         pool = list(enumerate_constraints(task))
         hits = {p: [0, 0] for p in perturbations}
@@ -411,7 +416,7 @@ def measure_agreement(
     return table
 
 
-def format_table(table: Dict[str, Dict[str, Dict[str, float]]]) -> str:
+def format_table(table: dict[str, dict[str, dict[str, float]]]) -> str:
     """Markdown table: rows = perturbations, columns = tasks, cells = ``pos / neg`` agreement."""
     tasks = list(next(iter(table.values())))
     lines = ["| perturbation | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
@@ -421,7 +426,7 @@ def format_table(table: Dict[str, Dict[str, Dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
-def _main(argv: Optional[Sequence[str]] = None) -> None:
+def _main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
     ap = argparse.ArgumentParser(description="Measure the ShapesWorld judge's strict agreement with ground truth.")

@@ -34,28 +34,29 @@ This module is the executable form of the spec in ``worlds/shapes/README.md``. G
 Scenes are sampled by rejection (:func:`sample_scene`) from a ``numpy.random.Generator``; sizes and
 corners are uniform integers. The same seed gives the same scene and image.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 #: canvas side in pixels (the world is defined at this resolution)
 CANVAS = 64
 #: background colour
-BACKGROUND: Tuple[int, int, int] = (255, 255, 255)
+BACKGROUND: tuple[int, int, int] = (255, 255, 255)
 #: colour name -> exact RGB
-PALETTE: Dict[str, Tuple[int, int, int]] = {
+PALETTE: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40),
     "green": (40, 170, 70),
     "blue": (40, 80, 220),
     "yellow": (230, 200, 40),
     "purple": (150, 60, 190),
 }
-COLORS: Tuple[str, ...] = tuple(PALETTE)
-SHAPES: Tuple[str, ...] = ("circle", "square", "triangle")
+COLORS: tuple[str, ...] = tuple(PALETTE)
+SHAPES: tuple[str, ...] = ("circle", "square", "triangle")
 #: bounding-box side range, inclusive, in pixels
 MIN_SIZE, MAX_SIZE = 12, 18
 #: minimum number of background columns/rows between two objects' bounding boxes
@@ -63,18 +64,18 @@ MIN_GAP = 2
 #: a relation needs its axis offset >= this many pixels (and larger than the other axis' offset)
 MIN_REL_OFFSET = 8.0
 #: the four task types
-TASKS: Tuple[str, ...] = ("single_object", "counting", "two_object", "position")
+TASKS: tuple[str, ...] = ("single_object", "counting", "two_object", "position")
 #: relation key -> prompt phrase
-RELATIONS: Dict[str, str] = {
+RELATIONS: dict[str, str] = {
     "left_of": "to the left of",
     "right_of": "to the right of",
     "above": "above",
     "below": "below",
 }
 #: relation -> the relation with the two objects swapped
-OPPOSITE: Dict[str, str] = {"left_of": "right_of", "right_of": "left_of", "above": "below", "below": "above"}
+OPPOSITE: dict[str, str] = {"left_of": "right_of", "right_of": "left_of", "above": "below", "below": "above"}
 #: the count words of counting prompts
-COUNT_WORDS: Dict[int, str] = {2: "two", 3: "three", 4: "four"}
+COUNT_WORDS: dict[int, str] = {2: "two", 3: "three", 4: "four"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ class ObjectSpec:
             raise ValueError(f"object count must be an integer in 1..4, got {self.count!r}")
 
     @property
-    def pair(self) -> Tuple[str, str]:
+    def pair(self) -> tuple[str, str]:
         """``(color, shape)``."""
         return (self.color, self.shape)
 
@@ -116,8 +117,8 @@ class Constraints:
     """
 
     task: str
-    objects: Tuple[ObjectSpec, ...]
-    relation: Optional[str] = None
+    objects: tuple[ObjectSpec, ...]
+    relation: str | None = None
 
     def __post_init__(self) -> None:
         objs = tuple(o if isinstance(o, ObjectSpec) else ObjectSpec(**o) for o in self.objects)
@@ -148,7 +149,7 @@ class Constraints:
         return {"task": self.task, "objects": [o.to_dict() for o in self.objects], "relation": self.relation}
 
     @classmethod
-    def from_row(cls, row: dict) -> "Constraints":
+    def from_row(cls, row: dict) -> Constraints:
         """Inverse of :meth:`to_row` (extra keys such as ``"prompt"`` are ignored)."""
         return cls(
             task=row["task"],
@@ -173,16 +174,16 @@ class ShapeObject:
     size: int
 
     @property
-    def rgb(self) -> Tuple[int, int, int]:
+    def rgb(self) -> tuple[int, int, int]:
         return PALETTE[self.color]
 
     @property
-    def bbox(self) -> Tuple[int, int, int, int]:
+    def bbox(self) -> tuple[int, int, int, int]:
         """``(x0, y0, x1, y1)`` with exclusive ``x1, y1``."""
         return (self.x, self.y, self.x + self.size, self.y + self.size)
 
     @property
-    def centre(self) -> Tuple[float, float]:
+    def centre(self) -> tuple[float, float]:
         """Bounding-box centre ``(x, y)`` in continuous pixel coordinates."""
         return (self.x + self.size / 2.0, self.y + self.size / 2.0)
 
@@ -190,11 +191,11 @@ class ShapeObject:
         return {"color": self.color, "shape": self.shape, "x": int(self.x), "y": int(self.y), "size": int(self.size)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ShapeObject":
+    def from_dict(cls, d: dict) -> ShapeObject:
         return cls(d["color"], d["shape"], int(d["x"]), int(d["y"]), int(d["size"]))
 
 
-Scene = List[ShapeObject]
+Scene = list[ShapeObject]
 
 
 @lru_cache(maxsize=2048)
@@ -215,7 +216,7 @@ def _shape_mask_cached(shape: str, w: int, h: int) -> np.ndarray:
     return mask
 
 
-def shape_mask(shape: str, w: int, h: Optional[int] = None) -> np.ndarray:
+def shape_mask(shape: str, w: int, h: int | None = None) -> np.ndarray:
     """Boolean ``[h, w]`` mask of ``shape`` rasterised in a ``w × h`` box (see the module docstring).
 
     Read-only (cached); the judge uses the same function for its shape templates.
@@ -261,7 +262,7 @@ def relation_holds(
     return main >= min_offset - tol and main > abs(other) - tol
 
 
-def scene_violations(scene: Sequence[ShapeObject], canvas: int = CANVAS) -> List[str]:
+def scene_violations(scene: Sequence[ShapeObject], canvas: int = CANVAS) -> list[str]:
     """Every way ``scene`` breaks the world's rules (palette, shapes, sizes, inside, gaps); [] if none."""
     out = []
     for i, o in enumerate(scene):
@@ -283,10 +284,10 @@ def scene_violations(scene: Sequence[ShapeObject], canvas: int = CANVAS) -> List
 
 def scene_satisfies(scene: Sequence[ShapeObject], constraints: Constraints) -> bool:
     """Ground truth: the scene holds exactly the named objects and (position) the relation holds."""
-    want: Dict[Tuple[str, str], int] = {}
+    want: dict[tuple[str, str], int] = {}
     for spec in constraints.objects:
         want[spec.pair] = want.get(spec.pair, 0) + spec.count
-    have: Dict[Tuple[str, str], int] = {}
+    have: dict[tuple[str, str], int] = {}
     for o in scene:
         have[(o.color, o.shape)] = have.get((o.color, o.shape), 0) + 1
     if have != want:
@@ -308,7 +309,7 @@ def scene_satisfies(scene: Sequence[ShapeObject], constraints: Constraints) -> b
 # --------------------------------------------------------------------------------------------
 
 
-def _as_constraints(c: Union[Constraints, dict]) -> Constraints:
+def _as_constraints(c: Constraints | dict) -> Constraints:
     if isinstance(c, Constraints):
         return c
     if isinstance(c, dict):
@@ -319,7 +320,7 @@ def _as_constraints(c: Union[Constraints, dict]) -> Constraints:
 
 
 def sample_scene(
-    constraints: Union[Constraints, dict],
+    constraints: Constraints | dict,
     rng: np.random.Generator,
     max_tries: int = 1000,
     canvas: int = CANVAS,

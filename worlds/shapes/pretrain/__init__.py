@@ -10,6 +10,7 @@
 
 Entry point: ``scripts/pretrain_shapes.py --arch sd3|sd``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -28,5 +29,15 @@ def recipe(arch: str) -> type[Recipe]:
     return importlib.import_module(ARCHS[arch]).RECIPE
 
 
-__all__ = ["ARCHS", "PretrainConfig", "Pretrainer", "Recipe", "ResumeError", "ShapesConfig", "Stage", "recipe", "run",
-           "start"]
+__all__ = [
+    "ARCHS",
+    "PretrainConfig",
+    "Pretrainer",
+    "Recipe",
+    "ResumeError",
+    "ShapesConfig",
+    "Stage",
+    "recipe",
+    "run",
+    "start",
+]

@@ -5,6 +5,7 @@
 * evaluation: the held-out *test* split, scored by the strict ``shapes`` reward (the ShapesWorld judge)
   per task, at the canvas resolution.
 """
+
 from __future__ import annotations
 
 from ddpo_grpo.pretraining import Recipe

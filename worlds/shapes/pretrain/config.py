@@ -4,6 +4,7 @@ A recipe's config (:class:`~worlds.shapes.pretrain.sd3.SD3Config`, :class:`~worl
 subclasses :class:`ShapesConfig` with its models' fields and its stage lengths; the optimisation,
 evaluation and bookkeeping fields and the ``--resume`` rules are the core's (:mod:`ddpo_grpo.pretraining.config`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,11 +35,15 @@ class ShapesConfig(PretrainConfig):
         super().validate()
         w = self.task_weights
         if len(w) != len(TASKS) or min(w) < 0 or sum(w) <= 0:
-            raise ValueError(f"task_weights needs {len(TASKS)} non-negative weights ({', '.join(TASKS)}), "
-                             f"not all zero; got {w}")
+            raise ValueError(
+                f"task_weights needs {len(TASKS)} non-negative weights ({', '.join(TASKS)}), not all zero; got {w}"
+            )
         if self.noise_per_image < 1 or self.batch_size % self.noise_per_image:
-            raise ValueError(f"batch_size={self.batch_size} must be a multiple of noise_per_image="
-                             f"{self.noise_per_image} >= 1")
+            raise ValueError(
+                f"batch_size={self.batch_size} must be a multiple of noise_per_image={self.noise_per_image} >= 1"
+            )
         if not 0.0 <= self.caption_noise < 1.0:
-            raise ValueError(f"caption_noise must be in [0, 1) (the fraction of images that miss their caption); "
-                             f"got {self.caption_noise}")
+            raise ValueError(
+                f"caption_noise must be in [0, 1) (the fraction of images that miss their caption); "
+                f"got {self.caption_noise}"
+            )

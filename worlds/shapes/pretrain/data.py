@@ -18,6 +18,7 @@ Randomness (:class:`TrainingData`): a numpy generator seeded ``seed`` draws prom
 torch generator seeded ``seed + 1`` draws posterior samples, prompt dropout and the recipes' noise.
 Both are saved in checkpoints. The latent statistics draw from their own pair, seeded ``seed + 7``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence

@@ -80,6 +80,7 @@ and 4×4 plus the cross-attention mid block; 8 heads (diffusers' ``attention_hea
 little gain: at 8×8 self-attention already spans the whole canvas, which the position task needs.
 Load the result with ``StableDiffusionPipeline.from_pretrained(dir)``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -124,18 +125,23 @@ class SDConfig(ShapesConfig):
     eval_every: int = 1000
 
     RESUME_MUTABLE: ClassVar[tuple[str, ...]] = ("steps", *ShapesConfig.RESUME_MUTABLE)
-    TINY: ClassVar[dict] = dict(ShapesConfig.TINY, unet_channels=(8, 16), unet_attention=(0, 1), unet_heads=2,
-                                unet_norm_groups=4, steps=3)
+    TINY: ClassVar[dict] = dict(
+        ShapesConfig.TINY, unet_channels=(8, 16), unet_attention=(0, 1), unet_heads=2, unet_norm_groups=4, steps=3
+    )
 
     def validate(self) -> None:
         super().validate()
         if len(self.unet_attention) != len(self.unet_channels) or set(self.unet_attention) - {0, 1}:
-            raise ValueError(f"unet_attention needs one 0/1 flag per level of unet_channels {self.unet_channels}; "
-                             f"got {self.unet_attention}")
+            raise ValueError(
+                f"unet_attention needs one 0/1 flag per level of unet_channels {self.unet_channels}; "
+                f"got {self.unet_attention}"
+            )
         for c, a in zip(self.unet_channels, self.unet_attention):
             if c % self.unet_norm_groups or (a and c % self.unet_heads):
-                raise ValueError(f"unet_channels {self.unet_channels} must be multiples of unet_norm_groups="
-                                 f"{self.unet_norm_groups} (and of unet_heads={self.unet_heads} where attention is on)")
+                raise ValueError(
+                    f"unet_channels {self.unet_channels} must be multiples of unet_norm_groups="
+                    f"{self.unet_norm_groups} (and of unet_heads={self.unet_heads} where attention is on)"
+                )
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1; got {self.steps}")
         if self.prediction_type not in PREDICTION_TYPES:
@@ -151,9 +157,15 @@ def make_scheduler(cfg: SDConfig):
     from diffusers import DDIMScheduler
 
     return DDIMScheduler(
-        num_train_timesteps=cfg.num_train_timesteps, beta_schedule=cfg.beta_schedule, beta_start=cfg.beta_start,
-        beta_end=cfg.beta_end, prediction_type=cfg.prediction_type, clip_sample=False, set_alpha_to_one=False,
-        steps_offset=1, timestep_spacing="leading",
+        num_train_timesteps=cfg.num_train_timesteps,
+        beta_schedule=cfg.beta_schedule,
+        beta_start=cfg.beta_start,
+        beta_end=cfg.beta_end,
+        prediction_type=cfg.prediction_type,
+        clip_sample=False,
+        set_alpha_to_one=False,
+        steps_offset=1,
+        timestep_spacing="leading",
     )
 
 
@@ -168,16 +180,20 @@ def text_encoder_from_base(base: str, layers: int):
     enc = CLIPTextModel(conf)
     prefixed = any(k.startswith("text_model.") for k in enc.state_dict())  # transformers < 5 nests a .text_model
     dropped = tuple(f"text_model.encoder.layers.{i}." for i in range(layers, src.config.num_hidden_layers))
-    kept = {(k if prefixed else k[len("text_model."):]): v for k, v in src.state_dict().items()
-            if k.startswith("text_model.") and not k.startswith(dropped)}
+    kept = {
+        (k if prefixed else k[len("text_model.") :]): v
+        for k, v in src.state_dict().items()
+        if k.startswith("text_model.") and not k.startswith(dropped)
+    }
     enc.load_state_dict(kept, strict=True)  # every CLIPTextModel weight comes from the base
     return enc
 
 
 def encode_prompts(prompts: Sequence[str], tokenizer, text_encoder) -> torch.Tensor:
     """``StableDiffusionPipeline.encode_prompt`` with ``clip_skip=None``: ``last_hidden_state`` ``[B, L, H]``."""
-    ids = tokenizer(list(prompts), padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
-                    return_tensors="pt").input_ids  # [B, L]
+    ids = tokenizer(
+        list(prompts), padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
+    ).input_ids  # [B, L]
     return text_encoder(ids)[0]  # [B, L, H]
 
 
@@ -197,22 +213,39 @@ class SDRecipe(ShapesRecipe):
         text_encoder = text_encoder_from_base(cfg.base, cfg.text_layers).requires_grad_(cfg.text_lr_ratio > 0)
         side = CANVAS // 2 ** (len(vae.config.block_out_channels) - 1)
         if side % 2 ** (len(cfg.unet_channels) - 1):
-            raise ValueError(f"unet_channels: latent side {side} is not divisible by 2**(len(unet_channels)-1) "
-                             f"= {2 ** (len(cfg.unet_channels) - 1)}; use fewer UNet levels")
+            raise ValueError(
+                f"unet_channels: latent side {side} is not divisible by 2**(len(unet_channels)-1) "
+                f"= {2 ** (len(cfg.unet_channels) - 1)}; use fewer UNet levels"
+            )
         torch.manual_seed(cfg.seed)
         unet = UNet2DConditionModel(
-            sample_size=side, in_channels=vae.config.latent_channels, out_channels=vae.config.latent_channels,
-            block_out_channels=list(cfg.unet_channels), layers_per_block=cfg.unet_layers_per_block,
+            sample_size=side,
+            in_channels=vae.config.latent_channels,
+            out_channels=vae.config.latent_channels,
+            block_out_channels=list(cfg.unet_channels),
+            layers_per_block=cfg.unet_layers_per_block,
             down_block_types=["CrossAttnDownBlock2D" if a else "DownBlock2D" for a in cfg.unet_attention],
             up_block_types=["CrossAttnUpBlock2D" if a else "UpBlock2D" for a in reversed(cfg.unet_attention)],
-            cross_attention_dim=text_encoder.config.hidden_size, attention_head_dim=cfg.unet_heads,
+            cross_attention_dim=text_encoder.config.hidden_size,
+            attention_head_dim=cfg.unet_heads,
             norm_num_groups=cfg.unet_norm_groups,
         )
         self.models = {"vae": vae, "text_encoder": text_encoder, "unet": unet}
         groups = ((("unet",), 1.0),) + (((("text_encoder",), cfg.text_lr_ratio),) if cfg.text_lr_ratio > 0 else ())
         self.ema_modules = tuple(name for names, _ in groups for name in names)
-        self.stages = [Stage("ddpm", cfg.steps, groups, cfg.lr, warmup=cfg.warmup_steps, weight_decay=cfg.weight_decay,
-                             ema=True, evaluate=True, needs_latents=True)]
+        self.stages = [
+            Stage(
+                "ddpm",
+                cfg.steps,
+                groups,
+                cfg.lr,
+                warmup=cfg.warmup_steps,
+                weight_decay=cfg.weight_decay,
+                ema=True,
+                evaluate=True,
+                needs_latents=True,
+            )
+        ]
         self.alphas_cumprod = make_scheduler(cfg).alphas_cumprod.float()  # [T]
 
     def loss(self, stage: str, data: TrainingData) -> dict[str, torch.Tensor]:
@@ -234,8 +267,13 @@ class SDRecipe(ShapesRecipe):
         """``scaling_factor = 1 / sqrt(mean(E(x)²))`` over posterior samples of fresh renders, no shift."""
         z = torch.cat([z for _, _, z in data.fresh_posteriors(self.models["vae"], self.cfg.latent_stats_images)])
         rms = float(z.pow(2).mean().sqrt())
-        stats = {"scaling_factor": 1.0 / rms, "raw_mean": float(z.mean()), "raw_std": float(z.std()), "raw_rms": rms,
-                 "scaled_mean": float(z.mean()) / rms}
+        stats = {
+            "scaling_factor": 1.0 / rms,
+            "raw_mean": float(z.mean()),
+            "raw_std": float(z.std()),
+            "raw_rms": rms,
+            "scaled_mean": float(z.mean()) / rms,
+        }
         self.set_latent_stats(stats)
         return stats
 
@@ -248,8 +286,13 @@ class SDRecipe(ShapesRecipe):
 
         m = self.models
         pipe = StableDiffusionPipeline(
-            vae=m["vae"], text_encoder=m["text_encoder"], tokenizer=self.tokenizer, unet=m["unet"],
-            scheduler=make_scheduler(self.cfg), safety_checker=None, feature_extractor=None,
+            vae=m["vae"],
+            text_encoder=m["text_encoder"],
+            tokenizer=self.tokenizer,
+            unet=m["unet"],
+            scheduler=make_scheduler(self.cfg),
+            safety_checker=None,
+            feature_extractor=None,
             requires_safety_checker=False,
         )
         pipe.set_progress_bar_config(disable=True)

@@ -49,6 +49,7 @@ model is robust to whatever ``max_sequence_length`` a sampler later passes (8 in
 
 The tokenizer (:mod:`.tokenizer`) makes every grammar word one token.
 """
+
 from __future__ import annotations
 
 import math
@@ -104,9 +105,21 @@ class SD3Config(ShapesConfig):
 
     RESUME_MUTABLE: ClassVar[tuple[str, ...]] = ("flow_steps", *ShapesConfig.RESUME_MUTABLE)
     TINY: ClassVar[dict] = dict(
-        ShapesConfig.TINY, vae_channels=(8, 8, 8), vae_steps=2, vae_batch_size=2, text_hidden=16, text_layers=2,
-        text_heads=2, text_ff=32, text_proj=16, tf_layers=1, tf_heads=2, tf_head_dim=8, flow_steps=3,
-        eval_max_sequence_length=8)
+        ShapesConfig.TINY,
+        vae_channels=(8, 8, 8),
+        vae_steps=2,
+        vae_batch_size=2,
+        text_hidden=16,
+        text_layers=2,
+        text_heads=2,
+        text_ff=32,
+        text_proj=16,
+        tf_layers=1,
+        tf_heads=2,
+        tf_head_dim=8,
+        flow_steps=3,
+        eval_max_sequence_length=8,
+    )
 
     @property
     def latent_side(self) -> int:
@@ -116,8 +129,10 @@ class SD3Config(ShapesConfig):
         super().validate()
         factor = 2 ** (len(self.vae_channels) - 1)
         if CANVAS % factor or self.latent_side % 2:
-            raise ValueError(f"vae_channels {self.vae_channels}: 64 / 2**(levels-1) must be an even latent side "
-                             "(patch size 2); use 2 to 4 levels")
+            raise ValueError(
+                f"vae_channels {self.vae_channels}: 64 / 2**(levels-1) must be an even latent side "
+                "(patch size 2); use 2 to 4 levels"
+            )
         if self.vae_steps < 0 or self.flow_steps < 1:
             raise ValueError(f"vae_steps must be >= 0 and flow_steps >= 1; got {self.vae_steps} and {self.flow_steps}")
         if self.max_length < 12:
@@ -186,8 +201,9 @@ def with_null_token(embeds: torch.Tensor, n_img_tokens: int, num_null: torch.Ten
 
 def encode_prompts(prompts: Sequence[str], tokenizer, text_encoder, text_encoder_2, max_length: int):
     """CLIP part of ``StableDiffusion3Pipeline.encode_prompt``: ``([B, L, 2H] embeds, [B, 2P] pooled)``."""
-    ids = tokenizer(list(prompts), padding="max_length", max_length=max_length, truncation=True,
-                    return_tensors="pt").input_ids  # [B, L]
+    ids = tokenizer(
+        list(prompts), padding="max_length", max_length=max_length, truncation=True, return_tensors="pt"
+    ).input_ids  # [B, L]
     embeds, pooled = [], []
     for enc in (text_encoder, text_encoder_2):
         out = enc(ids, output_hidden_states=True)
@@ -211,37 +227,67 @@ class SD3Recipe(ShapesRecipe):
         torch.manual_seed(cfg.seed)
         levels = len(cfg.vae_channels)
         vae = AutoencoderKL(
-            in_channels=3, out_channels=3,
-            down_block_types=["DownEncoderBlock2D"] * levels, up_block_types=["UpDecoderBlock2D"] * levels,
-            block_out_channels=list(cfg.vae_channels), layers_per_block=cfg.vae_layers_per_block,
-            latent_channels=cfg.latent_channels, norm_num_groups=cfg.vae_norm_groups, sample_size=CANVAS,
-            scaling_factor=1.0, shift_factor=0.0,
+            in_channels=3,
+            out_channels=3,
+            down_block_types=["DownEncoderBlock2D"] * levels,
+            up_block_types=["UpDecoderBlock2D"] * levels,
+            block_out_channels=list(cfg.vae_channels),
+            layers_per_block=cfg.vae_layers_per_block,
+            latent_channels=cfg.latent_channels,
+            norm_num_groups=cfg.vae_norm_groups,
+            sample_size=CANVAS,
+            scaling_factor=1.0,
+            shift_factor=0.0,
         )
         self.tokenizer = build_word_tokenizer(cfg.max_length)
         text_cfg = CLIPTextConfig(
-            vocab_size=len(self.tokenizer.get_vocab()), hidden_size=cfg.text_hidden, intermediate_size=cfg.text_ff,
-            num_hidden_layers=cfg.text_layers, num_attention_heads=cfg.text_heads,
-            max_position_embeddings=cfg.max_length, projection_dim=cfg.text_proj,
-            bos_token_id=0, eos_token_id=1, pad_token_id=1,
+            vocab_size=len(self.tokenizer.get_vocab()),
+            hidden_size=cfg.text_hidden,
+            intermediate_size=cfg.text_ff,
+            num_hidden_layers=cfg.text_layers,
+            num_attention_heads=cfg.text_heads,
+            max_position_embeddings=cfg.max_length,
+            projection_dim=cfg.text_proj,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
         )
         text_encoder = CLIPTextModelWithProjection(text_cfg)
         text_encoder_2 = CLIPTextModelWithProjection(text_cfg)
         transformer = SD3Transformer2DModel(
-            sample_size=cfg.latent_side, patch_size=2, in_channels=cfg.latent_channels,
-            out_channels=cfg.latent_channels, num_layers=cfg.tf_layers, attention_head_dim=cfg.tf_head_dim,
+            sample_size=cfg.latent_side,
+            patch_size=2,
+            in_channels=cfg.latent_channels,
+            out_channels=cfg.latent_channels,
+            num_layers=cfg.tf_layers,
+            attention_head_dim=cfg.tf_head_dim,
             num_attention_heads=cfg.tf_heads,
             joint_attention_dim=2 * cfg.text_hidden,  # both encoders' hidden states, concatenated
-            caption_projection_dim=cfg.tf_heads * cfg.tf_head_dim, pooled_projection_dim=2 * cfg.text_proj,
+            caption_projection_dim=cfg.tf_heads * cfg.tf_head_dim,
+            pooled_projection_dim=2 * cfg.text_proj,
             pos_embed_max_size=cfg.latent_side // 2,  # the (saved) sin-cos table covers exactly our grid
             qk_norm=cfg.qk_norm,
         )
         set_null_token_processor(transformer)
-        self.models = {"vae": vae, "text_encoder": text_encoder, "text_encoder_2": text_encoder_2,
-                       "transformer": transformer}
+        self.models = {
+            "vae": vae,
+            "text_encoder": text_encoder,
+            "text_encoder_2": text_encoder_2,
+            "transformer": transformer,
+        }
         self.stages = [
             Stage("vae", cfg.vae_steps, ((("vae",), 1.0),), cfg.vae_lr, warmup=min(100, cfg.vae_steps)),
-            Stage("flow", cfg.flow_steps, ((("transformer", "text_encoder", "text_encoder_2"), 1.0),), cfg.lr,
-                  warmup=cfg.warmup_steps, weight_decay=cfg.weight_decay, ema=True, evaluate=True, needs_latents=True),
+            Stage(
+                "flow",
+                cfg.flow_steps,
+                ((("transformer", "text_encoder", "text_encoder_2"), 1.0),),
+                cfg.lr,
+                warmup=cfg.warmup_steps,
+                weight_decay=cfg.weight_decay,
+                ema=True,
+                evaluate=True,
+                needs_latents=True,
+            ),
         ]
 
     def loss(self, stage: str, data: TrainingData) -> dict[str, torch.Tensor]:
@@ -272,13 +318,19 @@ class SD3Recipe(ShapesRecipe):
         tb = t.view(b, 1, 1, 1)
         zt = (1 - tb) * z0 + tb * eps
         target = eps - z0
-        embeds, pooled = encode_prompts(prompts, self.tokenizer, m["text_encoder"], m["text_encoder_2"],
-                                        cfg.max_length)  # [B, L, 2H], [B, 2P]
+        embeds, pooled = encode_prompts(
+            prompts, self.tokenizer, m["text_encoder"], m["text_encoder_2"], cfg.max_length
+        )  # [B, L, 2H], [B, 2P]
         n_img_tokens = (z0.shape[-1] // 2) * (z0.shape[-2] // 2)
         context, mask = with_null_token(embeds, n_img_tokens, num_null)  # [B, L+1, 2H], [B, 1, 1, n_img+L+1]
-        pred = m["transformer"](hidden_states=zt, timestep=t * 1000.0, encoder_hidden_states=context,
-                                pooled_projections=pooled, joint_attention_kwargs={"attention_mask": mask},
-                                return_dict=False)[0]  # [B, 4, h, w]
+        pred = m["transformer"](
+            hidden_states=zt,
+            timestep=t * 1000.0,
+            encoder_hidden_states=context,
+            pooled_projections=pooled,
+            joint_attention_kwargs={"attention_mask": mask},
+            return_dict=False,
+        )[0]  # [B, 4, h, w]
         return {"loss": F.mse_loss(pred, target)}
 
     @torch.no_grad()
@@ -297,24 +349,34 @@ class SD3Recipe(ShapesRecipe):
                 rec = (vae.decode(post.mode()).sample.clamp(-1, 1) + 1) / 2  # [b, 3, 64, 64] in [0, 1]
                 strict = [judge(img.permute(1, 2, 0).numpy(), r)["strict"] for img, r in zip(rec, rows)]
         z = torch.cat(zs)
-        stats = {"shift_factor": float(z.mean()), "scaling_factor": float(1.0 / z.std()),
-                 "vae/recon_strict": float(np.mean(strict)) if strict else float("nan")}
+        stats = {
+            "shift_factor": float(z.mean()),
+            "scaling_factor": float(1.0 / z.std()),
+            "vae/recon_strict": float(np.mean(strict)) if strict else float("nan"),
+        }
         self.set_latent_stats(stats)
         return stats
 
     def set_latent_stats(self, stats: dict) -> None:
         self.latent_stats = stats
-        self.models["vae"].register_to_config(shift_factor=stats["shift_factor"],
-                                              scaling_factor=stats["scaling_factor"])
+        self.models["vae"].register_to_config(
+            shift_factor=stats["shift_factor"], scaling_factor=stats["scaling_factor"]
+        )
 
     def pipeline(self):
         from diffusers import FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
 
         m = self.models
         pipe = StableDiffusion3Pipeline(
-            transformer=m["transformer"], scheduler=FlowMatchEulerDiscreteScheduler(shift=self.cfg.scheduler_shift),
-            vae=m["vae"], text_encoder=m["text_encoder"], tokenizer=self.tokenizer, text_encoder_2=m["text_encoder_2"],
-            tokenizer_2=self.tokenizer, text_encoder_3=None, tokenizer_3=None,
+            transformer=m["transformer"],
+            scheduler=FlowMatchEulerDiscreteScheduler(shift=self.cfg.scheduler_shift),
+            vae=m["vae"],
+            text_encoder=m["text_encoder"],
+            tokenizer=self.tokenizer,
+            text_encoder_2=m["text_encoder_2"],
+            tokenizer_2=self.tokenizer,
+            text_encoder_3=None,
+            tokenizer_3=None,
         )
         pipe.set_progress_bar_config(disable=True)
         return pipe

@@ -7,6 +7,7 @@ so every word of the grammar is exactly one token (a 10-word prompt is 12 tokens
 makes the colour/shape/count/relation bindings far easier to learn than the 64-character sequences of
 :mod:`ddpo_grpo.tiny`, and shortens the joint-attention sequence (64 image + 16 text + 1 null token).
 """
+
 from __future__ import annotations
 
 from ddpo_grpo.pretraining import tokenizer as word_tokenizer
