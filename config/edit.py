@@ -48,7 +48,10 @@ def long():
     return config
 
 
+EXPERIMENTS = ("quick", "long")
+
+
 def get_config(name="quick"):
-    if name not in {"quick", "long"}:
-        raise ValueError(f"config/edit.py has no experiment {name!r}; choose quick or long")
+    if name not in EXPERIMENTS:
+        raise ValueError(f"config/edit.py has no experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}")
     return globals()[name]()

@@ -1,6 +1,6 @@
 """MotionWorld GRPO on the shipped text-to-motion base model (worlds/motion/models/mdm, MDM architecture).
 
-    python scripts/train.py --config config/motion.py:motion_quick   # ≤ 15 min on a 2-core CPU
+    python scripts/train.py --config config/motion.py:motion_quick   # ≈ 12 min on a 2-core CPU
     python scripts/train.py --config config/motion.py:motion_long    # the long recipe (hours on a CPU)
     python scripts/train.py --config config/motion.py:motion_ppo     # MDM users' multi-epoch PPO setting
     python scripts/train.py --config config/motion.py:motion_tiny    # the machinery on a tiny random MDM
@@ -20,8 +20,8 @@ at evaluation's noise level 0 it is the posterior-mean chain). Switch with
 ``--config.sample.kernel=ddpm`` (and ``--config.sample.eta``).
 
 The model is 0.7 M parameters over 96 frames × 263 features; LoRA adapters (rank 8) on its attention and
-feed-forward layers are trained. Sizes and the reasons behind them are in worlds/motion/README.md
-("GRPO") and docs/experiments/.
+feed-forward layers are trained. What the recipes achieve (so far: no held-out gain) is measured in
+worlds/motion/README.md ("GRPO").
 """
 
 from config.base import get_config as base_config

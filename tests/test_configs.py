@@ -18,11 +18,17 @@ EXPECTED = {
     "config.sd": {"compressibility", "incompressibility", "aesthetic"},
     "config.sd3": {"pickscore", "pickscore_fast"},
     "config.quickstart": {"quickstart", "tiny"},
-    "config.shapes": {"sd3_quick", "sd_quick", "sd3_long", "sd_long"},
+    "config.shapes": {"sd3_quick", "sd3_nft", "sd_quick", "sd3_long", "sd_long"},
 }
 # Global sizes the per-process numbers are derived from (quickstart is a fixed 1-process config).
 IMAGES_PER_EPOCH = {"config.sd": 256, "config.sd3": 1152}
-SHAPES_SIZES = {"sd3_quick": (256, 1), "sd_quick": (256, 1), "sd3_long": (512, 1), "sd_long": (512, 1)}
+SHAPES_SIZES = {
+    "sd3_quick": (256, 1),
+    "sd3_nft": (256, 8),
+    "sd_quick": (256, 1),
+    "sd3_long": (512, 1),
+    "sd_long": (512, 1),
+}
 OPTIMIZER_STEPS = {
     ("config.sd", "compressibility"): 4,
     ("config.sd", "incompressibility"): 4,

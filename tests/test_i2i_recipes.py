@@ -22,8 +22,20 @@ def test_recipes_validate(module, name, monkeypatch):
     world = module.split(".")[1]
     assert config.prompts.source == f"shapes_{world}_train" and config.eval.prompts == f"shapes_{world}_test"
     assert (config.train.degradation == "row") == (world == "restore")
-    with pytest.raises(ValueError, match="choose quick or long"):
+    with pytest.raises(ValueError, match="choose one of quick"):
         importlib.import_module(module).get_config("tiny")
+
+
+def test_restoration_baselines(monkeypatch):
+    """quick_grpo: no supervised or consistency term; quick_supervised: supervised-only epochs (λ_pg = 0 throughout)."""
+    from config import restore
+
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    grpo, sup = restore.get_config("quick_grpo"), restore.get_config("quick_supervised")
+    validate(grpo), validate(sup)
+    assert all(loss_weights(e, grpo) == (0.0, 1.0) for e in range(grpo.num_epochs))
+    assert grpo.train.consistency_weight == 0.0 and grpo.num_epochs == restore.quick().num_epochs
+    assert all(loss_weights(e, sup)[1] == 0.0 for e in range(sup.num_epochs)) and sup.eval.freq == sup.num_epochs
 
 
 def test_pretraining_recipe_runs_on_the_core_loop(tmp_path):

@@ -75,6 +75,22 @@ def test_probe_moves_with_training_and_reports_a_standard_error(tmp_path, tiny_d
     assert rows[-1]["probe/diff"] != 0.0 and rows[-1]["probe/diff_se"] > 0.0
 
 
+def test_probe_leaves_training_unchanged(tmp_path, tiny_dirs):
+    """The probe draws from its own generators: a run with it trains bit for bit as a run without it."""
+    from ddpo_grpo.trainer import Trainer
+
+    runs = {}
+    for freq in (0, 1):
+        config = _config(tmp_path / str(freq), tiny_dirs["sd3"], **{"train.learning_rate": 3e-2, "probe.freq": freq})
+        config.reward.fns = {"jpeg_compressibility": 1.0}  # dense: a random model's judge score is flat 0
+        config.reward.kwargs = {}
+        Trainer(config).run()
+        runs[freq] = [
+            {k: v for k, v in r.items() if k.startswith(("reward/", "train/", "adv/"))} for r in _rows(config)
+        ]
+    assert runs[0] == runs[1] and runs[0][-1]["train/grad_norm"] > 0
+
+
 def test_probe_metrics_are_the_paired_mean_and_its_standard_error(tmp_path):
     rows = [{"prompt": f"p{i}"} for i in range(5)]
     probe = PairedProbe(tmp_path, PromptSampler(rows, seed=0), num_prompts=2, group_size=2, seed=0)
