@@ -1,9 +1,14 @@
 """What ``python scripts/train.py`` runs with no argument.
 
-quickstart (default): GRPO on the shipped ShapesWorld SD3 model (worlds/shapes/models/sd3) with the
-    ``shapes`` reward, Flow-GRPO SDE and LoRA, sized for a 2-core CPU: it is config/shapes.py:sd3_quick
-    (the recipe and its reasons are documented there). It prints the held-out accuracy per task
-    before → after at the end; outputs go to logs/<timestamp>/ (report/, final/, metrics.jsonl).
+quickstart (default): DiffusionNFT on the shipped ShapesWorld SD3 model (worlds/shapes/models/sd3) with
+    the ``shapes`` reward and LoRA, sized for a 2-core CPU: it is config/shapes.py:sd3_nft (the recipe
+    and its reasons are documented there), chosen over GRPO because it learned more per image and per
+    minute in the objectives benchmark (docs/experiments/2026-11-23-objectives-benchmark.md). It prints
+    the held-out accuracy per task before → after at the end; outputs go to logs/<timestamp>/ (report/,
+    final/, metrics.jsonl).
+
+grpo: the GRPO quickstart (Flow-GRPO SDE on an early window, one SGD step per epoch, 40 epochs): it is
+    config/shapes.py:sd3_quick; ``--config config/quickstart.py:grpo``.
 
 tiny: the machinery alone in about a minute: a tiny random-weight SD3 pipeline built locally under
     <logdir>/_tiny/sd3, JPEG compressibility, 32 px (the reward stays flat: random weights learn
@@ -15,10 +20,14 @@ K = 8 trained transitions per sample.
 """
 
 from config.base import get_config as base_config
-from config.shapes import sd3_quick
+from config.shapes import sd3_nft, sd3_quick
 
 
 def quickstart():
+    return sd3_nft()
+
+
+def grpo():
     return sd3_quick()
 
 
@@ -48,7 +57,10 @@ def tiny():
     return config
 
 
+EXPERIMENTS = ("quickstart", "grpo", "tiny")
+
+
 def get_config(name="quickstart"):
-    if name not in {"quickstart", "tiny"}:
-        raise ValueError(f"config/quickstart.py has no experiment {name!r}; choose quickstart or tiny")
+    if name not in EXPERIMENTS:
+        raise ValueError(f"config/quickstart.py has no experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}")
     return globals()[name]()

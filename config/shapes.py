@@ -1,8 +1,8 @@
 """ShapesWorld GRPO on the shipped base models (worlds/shapes/models/sd3 and sd).
 
-    python scripts/train.py                                     # = config/quickstart.py = sd3_quick
-    python scripts/train.py --config config/shapes.py:sd_quick  # the same for the SD (UNet + DDIM) model
-    python scripts/train.py --config config/shapes.py:sd3_nft   # DiffusionNFT instead of GRPO
+    python scripts/train.py                                     # = config/quickstart.py = sd3_nft (DiffusionNFT)
+    python scripts/train.py --config config/shapes.py:sd3_quick # GRPO (= config/quickstart.py:grpo)
+    python scripts/train.py --config config/shapes.py:sd_quick  # GRPO for the SD (UNet + DDIM) model
     python scripts/train.py --config config/shapes.py:sd3_long  # the long recipes (hours on a CPU)
     python scripts/train.py --config config/shapes.py:sd_long
 
@@ -106,7 +106,7 @@ def _sized(config, *, epochs: int, images_per_epoch: int, eval_freq: int):
 
 
 def sd3_quick():
-    """The quickstart: 256 images per epoch (32 prompts, 8 per task, × 8), 1 optimizer step per epoch,
+    """The GRPO quickstart: 256 images per epoch (32 prompts, 8 per task, × 8), 1 optimizer step per epoch,
     40 epochs (10,240 images): the 15-minute budget alone on a 2-core CPU (14 min 14 s measured there,
     0.276 → 0.339 held-out strict; docs/experiments/). Held-out evaluation before and after training only (≈ 16 s each)."""
     config = _sized(_early_window(_shapes(SHAPES_SD3)), epochs=40, images_per_epoch=256, eval_freq=40)
@@ -124,9 +124,10 @@ def sd3_nft():
     A forward-process objective needs no transition log-probs, so the rollouts are the deterministic ODE
     (noise_level 0) and each group member starts from its own noise (share_group_noise off); each final
     sample is noised again at 4 timesteps (train.forward_timesteps) and trained with the flow-matching loss
-    weighted as NFT prescribes (ddpo_grpo/losses.py). This is scripts/benchmark_learning.py's ``nft_multi``:
-    held-out strict 0.276 → 0.365 with seed 0 in 822 s beside another job, against 0.276 → 0.292 for the
-    GRPO recipe at the same 4,096 images (docs/experiments/2026-11-23-objectives-benchmark.md)."""
+    weighted as NFT prescribes (ddpo_grpo/losses.py). This is scripts/benchmark_learning.py's ``nft_multi``
+    and the quickstart: held-out strict 0.276 → 0.365 / 0.349 (seeds 0 / 1, 822 s / 802 s beside another
+    job), against 0.276 → 0.292 / 0.276 for the GRPO recipe at the same 4,096 images
+    (docs/experiments/2026-11-23-objectives-benchmark.md)."""
     config = _sized(_early_window(_shapes(SHAPES_SD3)), epochs=16, images_per_epoch=256, eval_freq=16)
     s = config.sample
     s.noise_level = 0.0
@@ -142,7 +143,7 @@ def sd3_nft():
     set_optimizer_batch(config, 64)  # 4 steps per inner epoch
     t.num_inner_epochs = 2
     config.probe.freq = 4
-    config.expected_minutes = 12.0
+    config.expected_minutes = 8.0  # 7 min 24 s alone, default threads (0.276 → 0.328 held-out strict)
     return config
 
 

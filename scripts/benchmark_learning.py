@@ -11,12 +11,13 @@ every epoch (probe.freq 1: 16 prompts × 4, the untrained model's samples as the
 evaluation before and after (48 images per task). ``--reward jpeg`` swaps the judge for JPEG compressibility
 (a dense, prompt-independent control). The variants (``VARIANTS``):
 
-    grpo           the quickstart's GRPO: SGD, one 256-image step per epoch, SDE window on steps 0–3
+    grpo           the GRPO quickstart (config/quickstart.py:grpo): SGD, one 256-image step per epoch, SDE window on steps 0–3
     grpo_flowgrpo  Flow-GRPO's recipe in our config: AdamW 3e-4, clip 1e-4 per latent dimension, β 0.04
                    (flow_grpo KL), every SDE step but the last, two optimizer steps per epoch
     grpo_ppo       GRPO with PPO's sample reuse: AdamW, 4 steps per epoch × 2 inner epochs, clip 0.2 per sample
     awm, nft, rwr  the forward-process objectives on deterministic (ODE) rollouts, AdamW, one step per epoch
-    nft_multi, awm_multi  the same with 8 updates per epoch (4 steps × 2 inner epochs)
+    nft_multi, awm_multi  the same with 8 updates per epoch (4 steps × 2 inner epochs); nft_multi is the quickstart
+                   (config/shapes.py:sd3_nft)
 
 Printed side by side: the probe's paired reward difference to the untrained model per ``--every`` epochs
 (mean over seeds ± a 95 % interval over seeds), held-out strict and partial before → after (mean ± SE over

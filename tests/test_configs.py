@@ -17,7 +17,7 @@ HELPERS = {"get_config", "num_processes"}
 EXPECTED = {
     "config.sd": {"compressibility", "incompressibility", "aesthetic"},
     "config.sd3": {"pickscore", "pickscore_fast"},
-    "config.quickstart": {"quickstart", "tiny"},
+    "config.quickstart": {"quickstart", "grpo", "tiny"},
     "config.shapes": {"sd3_quick", "sd3_nft", "sd_quick", "sd3_long", "sd_long"},
 }
 # Global sizes the per-process numbers are derived from (quickstart is a fixed 1-process config).
@@ -263,7 +263,8 @@ def test_shapes_recipes(name, world_size, monkeypatch):
 
 def test_quickstart_is_the_shapes_recipe(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    quick = importlib.import_module("config.quickstart").get_config()
-    assert quick.to_dict() == importlib.import_module("config.shapes").get_config("sd3_quick").to_dict()
+    quickstart, shapes = importlib.import_module("config.quickstart"), importlib.import_module("config.shapes")
+    assert quickstart.get_config().to_dict() == shapes.get_config("sd3_nft").to_dict()
+    assert quickstart.get_config("grpo").to_dict() == shapes.get_config("sd3_quick").to_dict()
     with pytest.raises(ValueError, match="no experiment 'nope'"):
         importlib.import_module("config.quickstart").get_config("nope")

@@ -1,6 +1,7 @@
 """End-to-end and trainer-level tests on tiny pipelines (CPU, seconds each)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -335,12 +336,14 @@ def test_zero_noise_is_refused_with_the_field_name(tmp_path, tiny_dirs):
         _run(_config(tmp_path, tiny_dirs["sd"], **{"sample.eta": 0.0}))
 
 
-def test_quickstart_one_shortened_epoch(tmp_path, capsys):
-    """The default config (shipped ShapesWorld SD3, shapes reward, SDE window, LoRA), shrunk to one epoch
-    of 4 images and a 4-image held-out evaluation: it trains, evaluates before/after and reports."""
-    from config.quickstart import quickstart
+@pytest.mark.parametrize("name", ["quickstart", "grpo"])
+def test_quickstart_one_shortened_epoch(tmp_path, capsys, name):
+    """The default config (shipped ShapesWorld SD3, shapes reward, DiffusionNFT, LoRA) and its GRPO twin (SDE
+    window), shrunk to one epoch of 4 images and a 4-image held-out evaluation: each trains, evaluates
+    before/after and reports."""
+    from config.quickstart import get_config
 
-    config = quickstart()
+    config = get_config(name)
     config.logdir = str(tmp_path / "logs")
     config.run_name = "quick"
     config.num_epochs = 1
@@ -355,7 +358,11 @@ def test_quickstart_one_shortened_epoch(tmp_path, capsys):
     config.logging.progress = False
     _run(config)
     (row,) = _metrics(tmp_path / "logs" / "quick")
-    assert row["train/logp_mismatch"] <= 1e-4 and row["eval/num_samples"] == 4
+    if name == "grpo":
+        assert row["train/logp_mismatch"] <= 1e-4
+    else:  # a forward-process objective: no transition log-probs, a matching loss
+        assert row["train/logp_mismatch"] is None and math.isfinite(row["train/matching_loss"])
+    assert row["eval/num_samples"] == 4
     assert all(row[f"eval/num_samples/{t}"] == 1 for t in ("single_object", "counting", "two_object", "position"))
     assert 0.0 <= row["eval/task_mean/strict"] <= row["eval/task_mean/partial"] <= 1.0
     assert 0.0 <= row["reward/mean"] <= 1.0  # partial judge score of the train prompts
