@@ -19,7 +19,7 @@ schedule, and its η = 0 twin is the deterministic evaluation sampler) or "ddpm"
 at evaluation's noise level 0 it is the posterior-mean chain). Switch with
 ``--config.sample.kernel=ddpm`` (and ``--config.sample.eta``).
 
-The model is 0.7 M parameters over 96 frames × 263 features; LoRA adapters (rank 8) on its attention and
+The denoiser is 0.64 M parameters over 96 frames × 263 features; LoRA adapters (rank 8) on its attention and
 feed-forward layers are trained. What the recipes achieve (so far: no held-out gain) is measured in
 worlds/motion/README.md ("GRPO").
 """

@@ -1,4 +1,4 @@
-"""ShapesWorld GRPO on the shipped base models (worlds/shapes/models/sd3 and sd).
+"""ShapesWorld recipes on the shipped base models (worlds/shapes/models/sd3 and sd): GRPO, and DiffusionNFT (sd3_nft).
 
     python scripts/train.py                                     # = config/quickstart.py = sd3_nft (DiffusionNFT)
     python scripts/train.py --config config/shapes.py:sd3_quick # GRPO (= config/quickstart.py:grpo)
@@ -111,7 +111,7 @@ def sd3_quick():
     0.276 → 0.339 held-out strict; docs/experiments/). Held-out evaluation before and after training only (≈ 16 s each)."""
     config = _sized(_early_window(_shapes(SHAPES_SD3)), epochs=40, images_per_epoch=256, eval_freq=40)
     # printed at start-up; --config.num_epochs trades time for gain: 16 epochs took 6 min 49 s alone and moved
-    # held-out strict by -1 and +1.6 points in two runs (docs/experiments/), 40 epochs by +2.6 and +6.3
+    # held-out strict by -1, 0 and +1.6 points in three runs (docs/experiments/), 40 epochs by +2.6 and +6.3
     config.expected_minutes = 15.0
     config.probe.freq = 10  # the paired probe (64 fixed samples) before training and every 10 epochs: ≈ 8 s each
     return config
