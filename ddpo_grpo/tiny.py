@@ -91,55 +91,29 @@ def _vae(shift_factor: float | None):
 
 def build_tiny_sd(path: str | Path, seed: int = 0):
     """Build, save to ``path`` and return a tiny StableDiffusionPipeline with a DDIM scheduler."""
-    from diffusers import DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
-    from transformers import CLIPTextModel
+    from diffusers import StableDiffusionPipeline
 
-    path = Path(path)
-    torch.manual_seed(seed)
-    unet = UNet2DConditionModel(
-        sample_size=8,
-        in_channels=4,
-        out_channels=4,
-        block_out_channels=(16, 32),
-        layers_per_block=1,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=TEXT_HIDDEN,
-        norm_num_groups=8,
-        attention_head_dim=4,
-    )
-    scheduler = DDIMScheduler(
-        beta_schedule="scaled_linear",
-        beta_start=0.00085,
-        beta_end=0.012,
-        clip_sample=False,
-        set_alpha_to_one=False,
-        steps_offset=1,
-    )
-    pipe = StableDiffusionPipeline(
-        vae=_vae(None),
-        text_encoder=CLIPTextModel(_text_config()),
-        tokenizer=build_tokenizer(),
-        unet=unet,
-        scheduler=scheduler,
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
-    )
-    pipe.save_pretrained(path)
-    return pipe
+    return _build_tiny_unet_pipeline(StableDiffusionPipeline, path, seed, in_channels=4)
 
 
 def build_tiny_ip2p(path: str | Path, seed: int = 0):
     """Build, save to ``path`` and return a tiny StableDiffusionInstructPix2PixPipeline (8-channel UNet, DDIM)."""
-    from diffusers import DDIMScheduler, StableDiffusionInstructPix2PixPipeline, UNet2DConditionModel
+    from diffusers import StableDiffusionInstructPix2PixPipeline
+
+    # 8 input channels: the noisy latent and the source image's latent, concatenated on channels
+    return _build_tiny_unet_pipeline(StableDiffusionInstructPix2PixPipeline, path, seed, in_channels=8)
+
+
+def _build_tiny_unet_pipeline(pipeline_class, path: str | Path, seed: int, in_channels: int):
+    """The SD-family tiny pipeline (UNet, DDIM, the tiny VAE and CLIP text encoder) of ``pipeline_class``."""
+    from diffusers import DDIMScheduler, UNet2DConditionModel
     from transformers import CLIPTextModel
 
     path = Path(path)
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
         sample_size=8,
-        in_channels=8,  # the noisy latent and the source image's latent, concatenated on channels
+        in_channels=in_channels,
         out_channels=4,
         block_out_channels=(16, 32),
         layers_per_block=1,
@@ -157,7 +131,7 @@ def build_tiny_ip2p(path: str | Path, seed: int = 0):
         set_alpha_to_one=False,
         steps_offset=1,
     )
-    pipe = StableDiffusionInstructPix2PixPipeline(
+    pipe = pipeline_class(
         vae=_vae(None),
         text_encoder=CLIPTextModel(_text_config()),
         tokenizer=build_tokenizer(),

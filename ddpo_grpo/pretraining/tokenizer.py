@@ -26,7 +26,12 @@ def learn_bpe_merges(words: Sequence[str]) -> list[tuple[str, str]]:
     applying the merges by rank — what ``CLIPTokenizer`` does — reproduces the training segmentation:
     each word becomes one token. Word-final characters carry CLIP's ``</w>`` marker.
     """
-    segs = {w: tuple(w[:-1]) + (w[-1] + "</w>",) for w in words}
+    return merge_until_single({w: tuple(w[:-1]) + (w[-1] + "</w>",) for w in words})
+
+
+def merge_until_single(segs: dict[str, tuple[str, ...]]) -> list[tuple[str, str]]:
+    """The BPE training loop of :func:`learn_bpe_merges` from given segmentations (updated in place): merge the
+    most frequent adjacent pair (ties by the pair) until no word has two symbols; returns the merges in order."""
     merges: list[tuple[str, str]] = []
     while True:
         counts: collections.Counter = collections.Counter()
@@ -37,15 +42,20 @@ def learn_bpe_merges(words: Sequence[str]) -> list[tuple[str, str]]:
         pair = min(counts, key=lambda p: (-counts[p], p))
         merges.append(pair)
         for w, s in segs.items():
-            out, i = [], 0
-            while i < len(s):
-                if i + 1 < len(s) and (s[i], s[i + 1]) == pair:
-                    out.append(s[i] + s[i + 1])
-                    i += 2
-                else:
-                    out.append(s[i])
-                    i += 1
-            segs[w] = tuple(out)
+            segs[w] = merge_pair(s, pair)
+
+
+def merge_pair(symbols: tuple[str, ...], pair: tuple[str, str]) -> tuple[str, ...]:
+    """``symbols`` with every non-overlapping occurrence of ``pair`` (left to right) joined into one symbol."""
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
 
 
 def check_words(words: Sequence[str]) -> list[str]:

@@ -11,13 +11,14 @@ embedding rows (:func:`extend_text_encoder` appends rows for the new ids).
 
 from __future__ import annotations
 
-import collections
 import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+
+from ddpo_grpo.pretraining.tokenizer import merge_pair, merge_until_single
 
 #: the words instructions add to the ShapesWorld grammar
 INSTRUCTION_WORDS = ("restore", "image", "make", "add", "remove", "move")
@@ -31,15 +32,7 @@ def _segment(word: str, ranks: dict[tuple[str, str], int]) -> tuple[str, ...]:
         rank, best = min(pairs)
         if rank == len(ranks):
             break
-        out, i = [], 0
-        while i < len(symbols):
-            if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
-                out.append(symbols[i] + symbols[i + 1])
-                i += 2
-            else:
-                out.append(symbols[i])
-                i += 1
-        symbols = tuple(out)
+        symbols = merge_pair(symbols, best)
     return symbols
 
 
@@ -47,26 +40,10 @@ def extend_bpe(vocab: dict[str, int], merges: list[tuple[str, str]], words: Sequ
     """``(vocab, merges)`` extended so that each of ``words`` is one token (module docstring)."""
     ranks = {m: i for i, m in enumerate(merges)}
     segs = {w: _segment(w, ranks) for w in dict.fromkeys(words)}
-    merges, vocab = list(merges), dict(vocab)
-    while True:
-        counts: collections.Counter = collections.Counter()
-        for s in segs.values():
-            counts.update(zip(s, s[1:]))
-        if not counts:
-            return vocab, merges
-        pair = min(counts, key=lambda p: (-counts[p], p))
-        merges.append(pair)
+    new, vocab = merge_until_single(segs), dict(vocab)
+    for pair in new:
         vocab.setdefault(pair[0] + pair[1], len(vocab))
-        for w, s in segs.items():
-            out, i = [], 0
-            while i < len(s):
-                if i + 1 < len(s) and (s[i], s[i + 1]) == pair:
-                    out.append(s[i] + s[i + 1])
-                    i += 2
-                else:
-                    out.append(s[i])
-                    i += 1
-            segs[w] = tuple(out)
+    return vocab, list(merges) + new
 
 
 def extended_tokenizer(base_tokenizer, words: Sequence[str] = INSTRUCTION_WORDS):
