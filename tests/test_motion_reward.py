@@ -68,13 +68,15 @@ def test_motion_judge_contract(clips):
     assert scores.shape == (5,) and np.isnan(scores[3]) and scores[4] == 0.0
     assert scores[1] == 1.0  # the standing wave clip, spec from the row
     per = per_sample_entries(info, 5)
-    assert set(per) == {"task", "strict", "partial"}
+    assert set(per) == {"task", "strict", "partial", "soft"}
     assert per["task"] == ["locomotion", "arms", "sequence", "", "locomotion"]
     assert info["motion_judge/not_applicable"] == pytest.approx(0.2)
     assert info["motion_judge/invalid"] == pytest.approx(0.2)
     assert "motion_judge/strict/arms" in info
     partial, _ = motion_judge(score="partial")(x.numpy(), prompts, metadata)
     assert np.all((np.asarray(partial)[[0, 1, 2]] >= 0) & (np.asarray(partial)[[0, 1, 2]] <= 1))
+    soft, _ = motion_judge(score="soft")(x.numpy(), prompts, metadata)
+    assert np.all(np.asarray(soft)[[0, 1, 2]] >= np.asarray(partial)[[0, 1, 2]]) and soft[4] == 0.0
     with pytest.raises(ValueError, match="score"):
         motion_judge(score="best")
     with pytest.raises(ValueError, match="263"):

@@ -8,7 +8,17 @@ import pytest
 from worlds.motion import grammar as G
 from worlds.motion.features import recover_joints
 from worlds.motion.generator import generate, generate_dataset
-from worlds.motion.judge import check_spec, count_flights, count_reversals, judge, mismatches, signals
+from worlds.motion.judge import (
+    SOFT_DISPLACEMENT_M,
+    SOFT_YAW_DEG,
+    action_checks,
+    check_spec,
+    count_flights,
+    count_reversals,
+    judge,
+    mismatches,
+    signals,
+)
 from worlds.motion.skeleton import CONTACT_JOINTS, bone_lengths
 
 
@@ -136,6 +146,7 @@ def test_judge_agrees_with_labels(judged):
         res = judge(joints, spec)
         by_task.setdefault(spec.task, []).append(res["strict"])
         assert res["partial"] == 1.0 or not res["strict"]
+        assert (res["soft"] == 1.0) == bool(res["strict"]) and res["partial"] <= res["soft"] <= 1.0
     assert set(by_task) == set(G.TASKS)
     for task, ok in by_task.items():
         assert np.mean(ok) >= 0.99, (task, ok)
@@ -147,7 +158,7 @@ def test_wrong_prompts_rejected(judged):
         sig = signals(joints)
         for _, wrong in mismatches(spec):
             total += 1
-            rejected += not all(v for _, v in check_spec(sig, wrong))
+            rejected += not all(c.ok for c in check_spec(sig, wrong))
     assert total > 500 and rejected / total >= 0.99
 
 
@@ -156,6 +167,38 @@ def test_judge_rejects_standing_for_locomotion():
     res = judge(standing, "a person walks forward")
     assert res["strict"] == 0 and 0 < res["partial"] < 1
     assert res["task"] == "locomotion"
+
+
+def _window(**kw) -> dict[str, float]:
+    """Window measurements of a person standing still, facing forward, hands down, with ``kw`` changed."""
+    w = {"left": 0.0, "forward": 0.0, "distance": 0.0, "speed": 0.0, "yaw_deg": 0.0, "flights": 0}
+    w.update({"up_left": 0.0, "up_right": 0.0, "reversals_left": 0, "reversals_right": 0})
+    w.update(kw)
+    return w
+
+
+def test_soft_score_grades_near_misses():
+    def soft(action, **kw):
+        return [(c.ok, round(c.soft, 6)) for c in action_checks(action, _window(**kw))]
+
+    # a walk 0.7 m forward at 1 m/s misses the 1 m by 0.3 m: 1 - 0.3 / SOFT_DISPLACEMENT_M; the rest holds
+    walk = soft("walk_forward", forward=0.7, distance=0.7, speed=1.0)
+    assert walk == [(False, round(1 - 0.3 / SOFT_DISPLACEMENT_M, 6)), (True, 1.0), (True, 1.0), (True, 1.0)]
+    assert soft("walk_forward", forward=0.2, distance=0.2)[0][1] < walk[0][1]  # farther miss, lower score
+    assert soft("walk_forward", forward=1.2, left=1.5, distance=1.9)[0] == (False, round(1 - 0.3, 6))  # sideways
+    # a 60° turn for "turns around" (135° needed at least) misses by 75°: clipped to 0
+    assert soft("turn_around", yaw_deg=60.0)[0] == (False, 0.0)
+    assert soft("turn_around", yaw_deg=120.0)[0] == (False, round(1 - 15.0 / SOFT_YAW_DEG, 6))
+    assert soft("turn_left", yaw_deg=-100.0)[0] == (False, 0.0) and soft("turn_left", yaw_deg=100.0)[0] == (True, 1.0)
+    # counts: one of three jumps missing costs a third; a stray flight fails "no jumps" outright
+    assert soft("jump_3", flights=2)[0] == (False, round(2 / 3, 6))
+    assert soft("turn_left", yaw_deg=90.0, flights=1)[2] == (False, 0.0)
+    # a wave with the hand up 15 % of the frames (30 % needed) and one reversal of two: the weaker part, 0.5
+    assert soft("wave_right", up_right=0.15, reversals_right=1)[0] == (False, 0.5)
+    # a raise held with two reversals is not "held still": one over the limit costs a half
+    assert soft("raise_both", up_left=0.9, up_right=0.9, reversals_left=2)[1] == (False, 0.5)
+    # a check that fails always scores below 1, however close
+    assert soft("walk_forward", forward=0.999999, distance=0.999999)[0][1] < 1.0
 
 
 def test_judge_helpers():

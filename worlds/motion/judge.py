@@ -50,7 +50,13 @@ Negative constraints, so that wrong prompts fail (ShapesWorld's "nothing else"):
 Composition: a single action is checked over the whole clip; **"A while B"** (leg A, arm B): A's checks
 over the whole clip, B's checks in *each* half (both must hold — simultaneity, so that "A then B" does
 not pass as "A while B"); **"A then B"**: A's clause over the first half, B's over the second.
-``strict`` = 1 iff every check holds; ``partial`` = the fraction that hold.
+``strict`` = 1 iff every check holds; ``partial`` = the fraction that hold; ``soft`` = the mean over checks of
+a graded score — 1 for a check that holds, else ``clip(1 − miss / scale, 0, 0.999)`` with the miss measured
+from the threshold: displacement in :data:`SOFT_DISPLACEMENT_M`, speed in :data:`SOFT_SPEED`, yaw in
+:data:`SOFT_YAW_DEG`, hand-up fractions in units of their threshold (down: of ``1 − DOWN_MAX_FRAC``),
+counts (flights, reversals) in units of the target count (at least 1); a check of several parts (a move's
+distance and its direction, both hands) scores its weakest part. ``soft`` is a training reward (it tells a
+near miss from a far one, so a group whose samples all fail still ranks them); ``strict`` stays the measure.
 
 ``python -m worlds.motion.judge [--n 40]`` prints the agreement of the judge with the generator's labels
 on clean, noisy and smoothed motions, and its rejection rate of wrong prompts (:func:`measure_agreement`).
@@ -59,7 +65,7 @@ on clean, noisy and smoothed motions, and its rejection rate of wrong prompts (:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -97,6 +103,10 @@ SPEED_SMOOTH = 5
 #: moving-average windows (frames) of the ankle heights and of the shoulder axis
 HEIGHT_SMOOTH = 3
 AXIS_SMOOTH = 9
+#: the ``soft`` score's scales: a failed check scores 1 − (its measurement's miss / scale), clipped to [0, 1)
+SOFT_DISPLACEMENT_M = 1.0
+SOFT_SPEED = 1.0
+SOFT_YAW_DEG = 45.0
 #: shortest clip the judge accepts (frames)
 MIN_FRAMES = 8
 
@@ -248,46 +258,91 @@ def _hands(which: str) -> tuple[str, ...]:
     return ("left", "right") if which == "both" else (which,)
 
 
-def action_checks(action: str, w: dict[str, float]) -> list[tuple[str, bool]]:
+class Check(NamedTuple):
+    """One constraint of a prompt: ``ok`` (it holds) and ``soft`` in [0, 1] (1 iff ``ok``, else how close)."""
+
+    description: str
+    ok: bool
+    soft: float
+
+
+def _graded(description: str, ok: bool, shortfall: float) -> Check:
+    """A check whose measurement misses by ``shortfall`` scales: soft = clip(1 − shortfall, 0, 1), 1 if ok."""
+    return Check(description, bool(ok), 1.0 if ok else float(np.clip(1.0 - shortfall, 0.0, 0.999)))
+
+
+def _at_least(description: str, x: float, lo: float, scale: float) -> Check:
+    return _graded(description, x >= lo, (lo - x) / scale)
+
+
+def _below(description: str, x: float, hi: float, scale: float) -> Check:
+    return _graded(description, x < hi, (x - hi) / scale)
+
+
+def _count(description: str, n: int, target: int) -> Check:
+    """``n == target``; each count off costs 1 / max(target, 1)."""
+    return _graded(description, n == target, abs(n - target) / max(target, 1))
+
+
+def _still(reversals: int) -> Check:
+    """Fewer than :data:`WAVE_REVERSALS` reversals; each one over the limit costs 1 / WAVE_REVERSALS."""
+    return _graded("", reversals < WAVE_REVERSALS, (reversals - WAVE_REVERSALS + 1) / WAVE_REVERSALS)
+
+
+def _all(description: str, parts: Sequence[Check]) -> Check:
+    """Every part holds; soft = the weakest part's."""
+    return Check(description, all(c.ok for c in parts), min(c.soft for c in parts))
+
+
+def action_checks(action: str, w: dict[str, float]) -> list[Check]:
     """The checks of one action over a window's measurements ``w`` (see the module docstring)."""
     kind, arg = action_kind(action)
-    stay = ("stays in place", w["distance"] < STAY_MAX_DISPLACEMENT)
-    facing = ("keeps facing", abs(w["yaw_deg"]) < KEEP_FACING_DEG)
-    no_jump = ("no jumps", w["flights"] == 0)
+    stay = _below("stays in place", w["distance"], STAY_MAX_DISPLACEMENT, SOFT_DISPLACEMENT_M)
+    facing = _below("keeps facing", abs(w["yaw_deg"]), KEEP_FACING_DEG, SOFT_YAW_DEG)
+    no_jump = _count("no jumps", w["flights"], 0)
     if kind in ("walk", "run"):
         axis, sign, other = _AXES[arg]
         along = sign * w[axis]
-        checks = [(f"moves {arg} >= {MIN_DISPLACEMENT:g} m", along >= MIN_DISPLACEMENT and along > abs(w[other]))]
+        moves = _all(
+            f"moves {arg} >= {MIN_DISPLACEMENT:g} m",
+            [
+                _at_least("", along, MIN_DISPLACEMENT, SOFT_DISPLACEMENT_M),
+                _graded("", along > abs(w[other]), (abs(w[other]) - along) / SOFT_DISPLACEMENT_M),
+            ],
+        )
         if kind == "walk":
-            return checks + [("walking pace", w["speed"] < WALK_MAX_SPEED), facing, no_jump]
-        return checks + [("running pace", w["speed"] >= RUN_MIN_SPEED), facing]
+            pace = _below("walking pace", w["speed"], WALK_MAX_SPEED, SOFT_SPEED)
+            return [moves, pace, facing, no_jump]
+        return [moves, _at_least("running pace", w["speed"], RUN_MIN_SPEED, SOFT_SPEED), facing]
     if kind == "turn":
         dy = w["yaw_deg"]
         if arg == "around":
-            ok = abs(abs(dy) - TURN_DEG["around"]) <= TURN_TOL_DEG
-        elif arg == "left":
-            ok = TURN_DEG["left"] - TURN_TOL_DEG <= dy < TURN_DEG["left"] + TURN_TOL_DEG
+            off = abs(abs(dy) - TURN_DEG["around"]) - TURN_TOL_DEG
+            turn = _graded("turns around", off <= 0, off / SOFT_YAW_DEG)
         else:
-            ok = TURN_DEG["right"] - TURN_TOL_DEG < dy <= TURN_DEG["right"] + TURN_TOL_DEG
-        return [(f"turns {arg}", bool(ok)), stay, no_jump]
+            lo, hi = TURN_DEG[arg] - TURN_TOL_DEG, TURN_DEG[arg] + TURN_TOL_DEG
+            ok = lo <= dy < hi if arg == "left" else lo < dy <= hi
+            turn = _graded(f"turns {arg}", ok, max(lo - dy, dy - hi) / SOFT_YAW_DEG)
+        return [turn, stay, no_jump]
     if kind == "jump":
-        return [(f"jumps {arg} time(s)", w["flights"] == int(arg)), stay]
+        return [_count(f"jumps {arg} time(s)", w["flights"], int(arg)), stay]
     hands = _hands(arg)
     if kind == "wave":
-        ok = all(w[f"up_{h}"] >= WAVE_UP_FRAC and w[f"reversals_{h}"] >= WAVE_REVERSALS for h in hands)
-        checks = [(f"waves {arg}", ok)]
+        parts = [_at_least("", w[f"up_{h}"], WAVE_UP_FRAC, WAVE_UP_FRAC) for h in hands]
+        parts += [_at_least("", w[f"reversals_{h}"], WAVE_REVERSALS, WAVE_REVERSALS) for h in hands]
+        checks = [_all(f"waves {arg}", parts)]
     else:
         checks = [
-            (f"raises {arg}", all(w[f"up_{h}"] >= RAISE_UP_FRAC for h in hands)),
-            ("held still", all(w[f"reversals_{h}"] < WAVE_REVERSALS for h in hands)),
+            _all(f"raises {arg}", [_at_least("", w[f"up_{h}"], RAISE_UP_FRAC, RAISE_UP_FRAC) for h in hands]),
+            _all("held still", [_still(w[f"reversals_{h}"]) for h in hands]),
         ]
     if arg != "both":
         other = "right" if arg == "left" else "left"
-        checks.append((f"{other} hand down", w[f"up_{other}"] < DOWN_MAX_FRAC))
+        checks.append(_below(f"{other} hand down", w[f"up_{other}"], DOWN_MAX_FRAC, 1.0 - DOWN_MAX_FRAC))
     return checks
 
 
-def _clause(actions: Sequence[str], w: dict[str, float]) -> list[tuple[str, bool]]:
+def _clause(actions: Sequence[str], w: dict[str, float]) -> list[Check]:
     """Checks of a clause (one or two actions over one window) with its negative constraints."""
     checks = []
     for a in actions:
@@ -295,51 +350,55 @@ def _clause(actions: Sequence[str], w: dict[str, float]) -> list[tuple[str, bool
     legs = [a for a in actions if a in LEG_ACTIONS]
     arms = [a for a in actions if a in ARM_ACTIONS]
     if legs and not arms:
-        checks.append(("hands down", all(w[f"up_{h}"] < DOWN_MAX_FRAC for h in _HAND_JOINTS)))
+        down = [_below("", w[f"up_{h}"], DOWN_MAX_FRAC, 1.0 - DOWN_MAX_FRAC) for h in _HAND_JOINTS]
+        checks.append(_all("hands down", down))
     if arms and not legs:
         checks += [
-            ("stands: stays in place", w["distance"] < STAY_MAX_DISPLACEMENT),
-            ("stands: keeps facing", abs(w["yaw_deg"]) < KEEP_FACING_DEG),
-            ("stands: no jumps", w["flights"] == 0),
+            _below("stands: stays in place", w["distance"], STAY_MAX_DISPLACEMENT, SOFT_DISPLACEMENT_M),
+            _below("stands: keeps facing", abs(w["yaw_deg"]), KEEP_FACING_DEG, SOFT_YAW_DEG),
+            _count("stands: no jumps", w["flights"], 0),
         ]
     return checks
 
 
-def check_spec(sig: dict[str, np.ndarray], spec: MotionSpec) -> list[tuple[str, bool]]:
-    """The constraint list of ``spec`` on a clip's signals: ``[(description, satisfied)]``."""
+def _prefixed(prefix: str, checks: Sequence[Check]) -> list[Check]:
+    return [c._replace(description=prefix + c.description) for c in checks]
+
+
+def check_spec(sig: dict[str, np.ndarray], spec: MotionSpec) -> list[Check]:
+    """The constraint list of ``spec`` on a clip's signals: :class:`Check` ``(description, ok, soft)``."""
     n = len(sig["yaw"])
     h = n // 2
     if spec.compose == "single":
         return _clause(spec.actions, window_stats(sig, 0, n))
     if spec.compose == "then":
-        first = [(f"first half: {d}", v) for d, v in _clause(spec.actions[:1], window_stats(sig, 0, h))]
-        second = [(f"second half: {d}", v) for d, v in _clause(spec.actions[1:], window_stats(sig, h, n))]
-        return first + second
+        first = _prefixed("first half: ", _clause(spec.actions[:1], window_stats(sig, 0, h)))
+        return first + _prefixed("second half: ", _clause(spec.actions[1:], window_stats(sig, h, n)))
     leg, arm = spec.actions
     whole, halves = window_stats(sig, 0, n), (window_stats(sig, 0, h), window_stats(sig, h, n))
     checks = action_checks(leg, whole)
     arm_halves = [action_checks(arm, w) for w in halves]
-    for i, (d, _) in enumerate(arm_halves[0]):
-        checks.append((f"{d} (in both halves)", arm_halves[0][i][1] and arm_halves[1][i][1]))
+    for first, second in zip(*arm_halves, strict=True):
+        checks.append(_all(f"{first.description} (in both halves)", [first, second]))
     return checks
 
 
 def judge(joints: Any, prompt) -> dict:
     """Score a clip ``[T, 22, 3]`` against ``prompt`` (a prompt string, a split row or a MotionSpec).
 
-    Returns ``{"strict": 0 | 1, "partial": float in [0, 1], "task": str, "checks": [[description, bool]],
-    "measurements": {"whole": {...}, "first": {...}, "second": {...}}}``.
+    Returns ``{"strict": 0 | 1, "partial": float in [0, 1], "soft": float in [0, 1], "task": str,
+    "checks": [[description, bool]], "measurements": {"whole": {...}, "first": {...}, "second": {...}}}``.
     """
     spec = spec_of(prompt)
     sig = signals(joints)
     checks = check_spec(sig, spec)
-    ok = [bool(v) for _, v in checks]
     n = len(sig["yaw"])
     return {
-        "strict": int(all(ok)),
-        "partial": float(sum(ok)) / len(ok),
+        "strict": int(all(c.ok for c in checks)),
+        "partial": sum(c.ok for c in checks) / len(checks),
+        "soft": float(np.mean([c.soft for c in checks])),
         "task": spec.task,
-        "checks": [[d, bool(v)] for d, v in checks],
+        "checks": [[c.description, c.ok] for c in checks],
         "measurements": {
             "whole": window_stats(sig, 0, n),
             "first": window_stats(sig, 0, n // 2),
@@ -460,8 +519,8 @@ def measure_agreement(
             neg = negs[int(rng.integers(len(negs)))][1]
             for p in perturbations:
                 sig = signals(perturb(joints, p, rng))
-                hits[p][0] += all(v for _, v in check_spec(sig, spec))
-                hits[p][1] += not all(v for _, v in check_spec(sig, neg))
+                hits[p][0] += all(k.ok for k in check_spec(sig, spec))
+                hits[p][1] += not all(k.ok for k in check_spec(sig, neg))
         for p in perturbations:
             table[p][task] = {"pos": hits[p][0] / n_per_task, "neg": hits[p][1] / n_per_task}
     return table
@@ -483,9 +542,9 @@ def measure_every(clips_per_prompt: int = 1, seed: int = 0) -> dict[str, dict[st
         for k in range(clips_per_prompt):
             sig = signals(recover_joints(generate(spec, dataset_seed(seed, i, k)).features()))
             c = counts[spec.task]
-            c[0] += all(v for _, v in check_spec(sig, spec))
+            c[0] += all(k.ok for k in check_spec(sig, spec))
             c[1] += 1
-            c[2] += sum(not all(v for _, v in check_spec(sig, neg)) for _, neg in negs)
+            c[2] += sum(not all(k.ok for k in check_spec(sig, neg)) for _, neg in negs)
             c[3] += len(negs)
     return {
         t: {"pos": c[0] / c[1], "neg": c[2] / c[3], "clips": c[1], "wrong_prompts": c[3]} for t, c in counts.items()
@@ -543,6 +602,10 @@ __all__ = [
     "WALK_MAX_SPEED",
     "WAVE_REVERSALS",
     "WAVE_UP_FRAC",
+    "Check",
+    "SOFT_DISPLACEMENT_M",
+    "SOFT_SPEED",
+    "SOFT_YAW_DEG",
     "action_checks",
     "check_spec",
     "count_flights",

@@ -12,9 +12,10 @@ feature frames of a padded sample); the sample is then cut to it.
   ``data/motion_{train,test}.jsonl``), else from parsing the prompt; a prompt outside the grammar scores
   ``NaN`` ("not applicable"), counted in ``info["motion_judge/not_applicable"]`` (fraction of the batch);
 * a sample with non-finite values or fewer than 8 frames scores 0 (counted in ``motion_judge/invalid``);
-* ``info`` per sample (lists of length B): ``task`` (label, "" when not applicable), ``strict``, ``partial``
-  (NaN when not applicable); batch means ``motion_judge/strict``, ``motion_judge/partial`` and per task
-  ``motion_judge/strict/<task>``, ``motion_judge/partial/<task>``.
+* ``score``: ``"strict"``, ``"partial"`` or ``"soft"`` (graded near misses; :func:`worlds.motion.judge.judge`);
+* ``info`` per sample (lists of length B): ``task`` (label, "" when not applicable), ``strict``, ``partial``,
+  ``soft`` (NaN when not applicable); batch means ``motion_judge/<score>`` and per task
+  ``motion_judge/<score>/<task>`` for each of the three.
 
 ``reward.fns = {"motion_physics": 1.0}`` (prompt-free): ``exp(−λ_skate · skate − λ_jerk · jerk)``
 (:mod:`worlds.motion.physics`); ``info`` per sample: ``skate``, ``penetration``, ``max_penetration``,
@@ -39,7 +40,7 @@ from reward_models import register
 from .features import FEATURE_DIM
 from .physics import LAMBDA_JERK, LAMBDA_SKATE, METRICS
 
-SCORES = ("strict", "partial")
+SCORES = ("strict", "partial", "soft")
 #: fewest feature frames a sample needs
 MIN_FRAMES = 8
 
@@ -87,8 +88,9 @@ def _valid(x: np.ndarray) -> bool:
 def motion_judge(score: str = "strict"):
     """Reward = the MotionWorld judge's score of each sample.
 
-    ``score="strict"`` (0/1: every check holds) or ``"partial"`` (the fraction of the prompt's checks
-    that hold); see :mod:`worlds.motion.judge`.
+    ``score="strict"`` (0/1: every check holds), ``"partial"`` (the fraction of the prompt's checks
+    that hold) or ``"soft"`` (partial credit for near misses too, a denser training signal); see
+    :mod:`worlds.motion.judge`.
     """
     if score not in SCORES:
         raise ValueError(f"reward 'motion_judge': score must be one of {SCORES}, got {score!r}")
@@ -112,16 +114,18 @@ def motion_judge(score: str = "strict"):
             x = _crop(feats[i], row)
             if not _valid(x):
                 invalid += 1
-                out["strict"][i] = out["partial"][i] = 0.0
+                for k in SCORES:
+                    out[k][i] = 0.0
                 continue
             res = judge(recover_joints(x), spec)
-            out["strict"][i] = res["strict"]
-            out["partial"][i] = res["partial"]
+            for k in SCORES:
+                out[k][i] = res[k]
         applicable = ~np.isnan(out["strict"])
         info: dict[str, Any] = {
             "task": tasks,
             "strict": out["strict"].tolist(),
             "partial": out["partial"].tolist(),
+            "soft": out["soft"].tolist(),
             "motion_judge/not_applicable": float((~applicable).mean()) if batch else 0.0,
             "motion_judge/invalid": float(invalid / batch) if batch else 0.0,
         }
