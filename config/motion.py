@@ -5,9 +5,11 @@
     python scripts/train.py --config config/motion.py:motion_ppo     # MDM users' multi-epoch PPO setting
     python scripts/train.py --config config/motion.py:motion_tiny    # the machinery on a tiny random MDM
 
-Reward: the MotionWorld judge (``motion_judge``, partial score: the fraction of the prompt's checks that
-hold) with weight 1.0 plus the physics score (``motion_physics``: exp(−2·skate − 5e-7·jerk)) with weight 0.2,
-which keeps the fine-tuned motions clean (no foot skating, no jitter); on train-split prompts.
+Reward (``motion_quick``, ``motion_long``): the MotionWorld judge's graded score (``motion_judge``,
+``score="soft"``: the fraction of the prompt's checks that hold, with partial credit for near misses) on
+train-split prompts, with a KL term to the base model (``train.beta`` = 1). ``motion_ppo`` keeps the
+partial score (the fraction of checks that hold) 1.0 plus the physics score (``motion_physics``:
+exp(−2·skate − 5e-7·jerk)) 0.2.
 Evaluation: the strict judge on the held-out test split (compositions never seen in training: 11
 simultaneous and 51 sequence prompts), a balanced set per task, deterministic DDIM (η = 0) from fixed
 seeds, 20 steps, CFG 2.5 (MDM's scale) — ``eval/task_mean/strict`` is the headline number; before and
@@ -20,8 +22,9 @@ at evaluation's noise level 0 it is the posterior-mean chain). Switch with
 ``--config.sample.kernel=ddpm`` (and ``--config.sample.eta``).
 
 The denoiser is 0.64 M parameters over 96 frames × 263 features; LoRA adapters (rank 8) on its attention and
-feed-forward layers are trained. What the recipes achieve (so far: no held-out gain) is measured in
-worlds/motion/README.md ("GRPO").
+feed-forward layers are trained. What the recipes achieve is measured in worlds/motion/README.md ("GRPO"):
+``motion_quick`` holds held-out strict (0.420 → 0.425, physics and evaluator numbers unchanged) but does
+not raise it; without the KL anchor every judge-driven run lost accuracy.
 """
 
 from config.base import get_config as base_config
@@ -84,14 +87,25 @@ def _sized(config, *, epochs: int, samples_per_epoch: int, samples_per_step: int
     return config
 
 
+def _anchored(config):
+    """The best measured setting (worlds/motion/README.md, "Why it does not learn"): the judge's graded
+    ``soft`` score alone, lr 1e-3, and a KL term to the base model (``train.beta`` = 1) that stops the
+    drift 64 motions' noisy updates otherwise cause (a random reward costs 18 points of held-out strict)."""
+    config.reward.fns = {"motion_judge": 1.0}
+    config.reward.kwargs = {"motion_judge": {"score": "soft"}}
+    config.train.learning_rate = 1e-3
+    config.train.beta = 1.0
+    return config
+
+
 def motion_quick():
-    """The 15-minute recipe: 64 motions per epoch (8 prompts × 8), one optimizer step per epoch."""
-    return _sized(_motion(), epochs=40, samples_per_epoch=64, samples_per_step=64, eval_freq=40)
+    """The 15-minute recipe: 64 motions per epoch (8 prompts × 8), one optimizer step per epoch, anchored."""
+    return _anchored(_sized(_motion(), epochs=40, samples_per_epoch=64, samples_per_step=64, eval_freq=40))
 
 
 def motion_long():
-    """The long recipe: 128 motions per epoch (16 prompts × 8), 400 epochs, evaluated every 25."""
-    return _sized(_motion(), epochs=400, samples_per_epoch=128, samples_per_step=64, eval_freq=25)
+    """The long recipe: 128 motions per epoch (16 prompts × 8), 400 epochs, evaluated every 25, anchored."""
+    return _anchored(_sized(_motion(), epochs=400, samples_per_epoch=128, samples_per_step=64, eval_freq=25))
 
 
 def motion_ppo():
