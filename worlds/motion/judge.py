@@ -267,7 +267,7 @@ class Check(NamedTuple):
 
 
 def _graded(description: str, ok: bool, shortfall: float) -> Check:
-    """A check whose measurement misses by ``shortfall`` scales: soft = clip(1 − shortfall, 0, 1), 1 if ok."""
+    """A check missing by ``shortfall`` scales: soft = 1 if ok, else clip(1 − shortfall, 0, 0.999)."""
     return Check(description, bool(ok), 1.0 if ok else float(np.clip(1.0 - shortfall, 0.0, 0.999)))
 
 
@@ -519,8 +519,8 @@ def measure_agreement(
             neg = negs[int(rng.integers(len(negs)))][1]
             for p in perturbations:
                 sig = signals(perturb(joints, p, rng))
-                hits[p][0] += all(k.ok for k in check_spec(sig, spec))
-                hits[p][1] += not all(k.ok for k in check_spec(sig, neg))
+                hits[p][0] += all(chk.ok for chk in check_spec(sig, spec))
+                hits[p][1] += not all(chk.ok for chk in check_spec(sig, neg))
         for p in perturbations:
             table[p][task] = {"pos": hits[p][0] / n_per_task, "neg": hits[p][1] / n_per_task}
     return table
@@ -542,9 +542,9 @@ def measure_every(clips_per_prompt: int = 1, seed: int = 0) -> dict[str, dict[st
         for k in range(clips_per_prompt):
             sig = signals(recover_joints(generate(spec, dataset_seed(seed, i, k)).features()))
             c = counts[spec.task]
-            c[0] += all(k.ok for k in check_spec(sig, spec))
+            c[0] += all(chk.ok for chk in check_spec(sig, spec))
             c[1] += 1
-            c[2] += sum(not all(k.ok for k in check_spec(sig, neg)) for _, neg in negs)
+            c[2] += sum(not all(chk.ok for chk in check_spec(sig, neg)) for _, neg in negs)
             c[3] += len(negs)
     return {
         t: {"pos": c[0] / c[1], "neg": c[2] / c[3], "clips": c[1], "wrong_prompts": c[3]} for t, c in counts.items()
