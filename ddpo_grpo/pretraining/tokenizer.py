@@ -95,3 +95,22 @@ def build_word_tokenizer(words: Sequence[str], max_length: int):
         vpath.write_text(json.dumps(vocab))
         mpath.write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
         return CLIPTokenizer(str(vpath), str(mpath), model_max_length=max_length)
+
+
+def word_text_config(tokenizer, *, hidden: int, ff: int, layers: int, heads: int, projection_dim: int):
+    """A ``CLIPTextConfig`` for a :func:`build_word_tokenizer` tokenizer: its vocabulary size, its length as the
+    position count, and its special ids (BOS 0, EOS = padding 1, as :func:`word_vocab_and_merges` lays them out)."""
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(
+        vocab_size=len(tokenizer.get_vocab()),
+        hidden_size=hidden,
+        intermediate_size=ff,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        max_position_embeddings=tokenizer.model_max_length,
+        projection_dim=projection_dim,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=1,
+    )

@@ -234,9 +234,9 @@ class MDMRecipe(Recipe):
     eval_metric = "strict"
 
     def __init__(self, cfg: MotionConfig):
-        from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+        from transformers import CLIPTextModelWithProjection
 
-        from ddpo_grpo.pretraining.tokenizer import build_word_tokenizer
+        from ddpo_grpo.pretraining.tokenizer import build_word_tokenizer, word_text_config
 
         from .features import load_stats
         from .model import MotionDenoiser, MotionNormalizer
@@ -245,17 +245,13 @@ class MDMRecipe(Recipe):
         self.cfg = cfg
         self.tokenizer = build_word_tokenizer(grammar_words(), cfg.max_length)
         torch.manual_seed(cfg.seed)
-        text_cfg = CLIPTextConfig(
-            vocab_size=len(self.tokenizer.get_vocab()),
-            hidden_size=cfg.text_hidden,
-            intermediate_size=cfg.text_ff,
-            num_hidden_layers=cfg.text_layers,
-            num_attention_heads=cfg.text_heads,
-            max_position_embeddings=cfg.max_length,
+        text_cfg = word_text_config(
+            self.tokenizer,
+            hidden=cfg.text_hidden,
+            ff=cfg.text_ff,
+            layers=cfg.text_layers,
+            heads=cfg.text_heads,
             projection_dim=cfg.text_hidden,
-            bos_token_id=0,
-            eos_token_id=1,
-            pad_token_id=1,
         )
         text_encoder = CLIPTextModelWithProjection(text_cfg).requires_grad_(cfg.text_lr_ratio > 0)
         denoiser = MotionDenoiser(

@@ -62,6 +62,7 @@ import torch
 import torch.nn.functional as F
 
 from ddpo_grpo.pretraining import Stage
+from ddpo_grpo.pretraining.tokenizer import word_text_config
 from worlds.shapes.pretrain.base import ShapesRecipe
 from worlds.shapes.pretrain.config import ShapesConfig
 from worlds.shapes.pretrain.data import TrainingData
@@ -220,7 +221,7 @@ class SD3Recipe(ShapesRecipe):
 
     def __init__(self, cfg: SD3Config):
         from diffusers import AutoencoderKL, SD3Transformer2DModel
-        from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+        from transformers import CLIPTextModelWithProjection
 
         cfg.validate()
         self.cfg = cfg
@@ -240,17 +241,13 @@ class SD3Recipe(ShapesRecipe):
             shift_factor=0.0,
         )
         self.tokenizer = build_word_tokenizer(cfg.max_length)
-        text_cfg = CLIPTextConfig(
-            vocab_size=len(self.tokenizer.get_vocab()),
-            hidden_size=cfg.text_hidden,
-            intermediate_size=cfg.text_ff,
-            num_hidden_layers=cfg.text_layers,
-            num_attention_heads=cfg.text_heads,
-            max_position_embeddings=cfg.max_length,
+        text_cfg = word_text_config(
+            self.tokenizer,
+            hidden=cfg.text_hidden,
+            ff=cfg.text_ff,
+            layers=cfg.text_layers,
+            heads=cfg.text_heads,
             projection_dim=cfg.text_proj,
-            bos_token_id=0,
-            eos_token_id=1,
-            pad_token_id=1,
         )
         text_encoder = CLIPTextModelWithProjection(text_cfg)
         text_encoder_2 = CLIPTextModelWithProjection(text_cfg)
