@@ -15,7 +15,8 @@ them raises ValueError when the config is loaded. The derived numbers are comput
 a command-line override of sample.batch_size or train.batch_size must come with matching
 --config.sample.num_batches_per_epoch / --config.train.gradient_accumulation_steps.
 
-``num_processes``, ``set_epoch_size`` and ``set_optimizer_batch`` are shared with config/sd.py.
+``num_processes``, ``set_epoch_size``, ``set_optimizer_batch`` and ``set_forward_objective`` are shared with the
+other recipe files.
 """
 
 import os
@@ -68,6 +69,27 @@ def set_optimizer_batch(config, images_per_step: int):
         )
     config.train.gradient_accumulation_steps = images_per_step // per_minibatch
     return config
+
+
+def set_forward_objective(config, *, images_per_step: int, inner_epochs: int, objective: str = "nft"):
+    """Train with a forward-process objective (``train.objective``, ddpo_grpo/losses.py; DiffusionNFT by default)
+    on deterministic rollouts: such an objective needs no transition log-probs, so every step is the ODE
+    (flow kernels: noise_level 0) or DDIM η = 0 (denoising kernels), and each group member starts from its own
+    noise. Each final sample is noised again at 4 timesteps (train.forward_timesteps); AdamW lr 1e-3 without
+    weight decay; ``images_per_step`` per optimizer step, ``inner_epochs`` passes over each epoch's samples."""
+    s = config.sample
+    s.noise_level = 0.0
+    s.eta = 0.0
+    s.share_group_noise = False
+    s.sde_window_size = 0
+    t = config.train
+    t.objective = objective
+    t.optimizer = "adamw"
+    t.learning_rate = 1e-3
+    t.adam_weight_decay = 0.0
+    t.forward_timesteps = 4
+    t.num_inner_epochs = inner_epochs
+    return set_optimizer_batch(config, images_per_step)
 
 
 # ---- the shared Flow-GRPO recipe ----------------------------------------------------------------

@@ -30,7 +30,7 @@ process on a 2-core CPU.
 """
 
 from config.base import get_config as base_config
-from config.sd3 import num_processes, set_epoch_size, set_optimizer_batch
+from config.sd3 import num_processes, set_epoch_size, set_forward_objective, set_optimizer_batch
 from worlds.shapes import SHAPES_SD, SHAPES_SD3
 
 
@@ -129,19 +129,8 @@ def sd3_nft():
     job), against 0.276 → 0.292 / 0.276 for the GRPO recipe at the same 4,096 images
     (docs/experiments/2026-11-23-objectives-benchmark.md)."""
     config = _sized(_early_window(_shapes(SHAPES_SD3)), epochs=16, images_per_epoch=256, eval_freq=16)
-    s = config.sample
-    s.noise_level = 0.0
-    s.share_group_noise = False
-    s.sde_window_size = 0
-    t = config.train
-    t.objective = "nft"
-    t.optimizer = "adamw"
-    t.learning_rate = 1e-3
-    t.adam_weight_decay = 0.0
-    t.forward_timesteps = 4
-    t.batch_size = min(t.batch_size, 64 // num_processes())  # 8 processes: minibatches of 8
-    set_optimizer_batch(config, 64)  # 4 steps per inner epoch
-    t.num_inner_epochs = 2
+    config.train.batch_size = min(config.train.batch_size, 64 // num_processes())  # 8 processes: minibatches of 8
+    set_forward_objective(config, images_per_step=64, inner_epochs=2)  # 4 steps per inner epoch
     config.probe.freq = 4
     config.expected_minutes = 8.0  # 7 min 24 s alone, default threads (0.276 → 0.328 held-out strict)
     return config

@@ -10,20 +10,37 @@ from ddpo_grpo.schedules import check, loss_weights
 from worlds.shapes_i2i import SHAPES_IP2P
 
 
-@pytest.mark.parametrize("module", ["config.restore", "config.edit"])
-@pytest.mark.parametrize("name", ["quick", "long"])
-def test_recipes_validate(module, name, monkeypatch):
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("config.restore", "quick"), ("config.restore", "long"), ("config.edit", "quick_grpo")],
+)
+def test_staged_recipes_validate(module, name, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     config = importlib.import_module(module).get_config(name)
     totals = validate(config)
     assert totals["optimizer_steps_per_epoch"] == 1 and config.pretrained.model == SHAPES_IP2P
-    assert check(config) == [] and config.sample.image_guidance_scale >= 1
+    assert check(config) == [] and config.sample.image_guidance_scale >= 1 and config.train.objective == "grpo"
     assert loss_weights(0, config)[1] == 0.0 and loss_weights(config.num_epochs - 1, config)[1] == 1.0
     world = module.split(".")[1]
     assert config.prompts.source == f"shapes_{world}_train" and config.eval.prompts == f"shapes_{world}_test"
     assert (config.train.degradation == "row") == (world == "restore")
     with pytest.raises(ValueError, match="choose one of quick"):
         importlib.import_module(module).get_config("tiny")
+
+
+@pytest.mark.parametrize("name", ["quick", "long"])
+def test_edit_recipes_are_nft_on_the_graded_score(name, monkeypatch):
+    """DiffusionNFT on deterministic rollouts, 16 updates per epoch, no supervised term, the "graded" edit score."""
+    from config import edit
+
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    config = edit.get_config(name)
+    totals = validate(config)
+    assert totals["optimizer_steps_per_epoch"] == 16 and config.train.objective == "nft"
+    assert config.sample.eta == 0.0 and config.sample.sde_window_size == 0 and not config.sample.share_group_noise
+    assert all(loss_weights(e, config) == (0.0, 1.0) for e in range(config.num_epochs)) and check(config) == []
+    assert config.reward.kwargs["edit"]["score"] == "graded" and config.eval.reward_kwargs["score"] == "success"
+    assert (config.prompts.source, config.eval.prompts) == ("shapes_edit_train", "shapes_edit_test")
 
 
 def test_restoration_baselines(monkeypatch):

@@ -98,6 +98,13 @@ def test_rewards():
     sources = np.stack([r["source_image"] for r in rows]).astype(np.float32) / 255
     s, _ = edit(score="success")(sources, [r["prompt"] for r in rows], meta)
     assert s[:4].tolist() == [0.0] * 4
+    # copying the source: "mix" pays (partial + preservation) / 2, "graded" a quarter of that sum plus nothing
+    mix, info = edit(score="mix")(sources, [r["prompt"] for r in rows], meta)
+    graded, _ = edit(score="graded")(sources, [r["prompt"] for r in rows], meta)
+    for i in range(4):
+        assert graded[i] == pytest.approx((info["partial"][i] + info["preservation"][i]) / 4)
+        assert graded[i] == pytest.approx(mix[i] / 2) and graded[i] <= 0.5
+    assert edit(score="graded")(targets, [r["prompt"] for r in rows], meta)[0][:4].tolist() == [1.0] * 4
     q, info = shapes_i2i()(sources, [r["prompt"] for r in rows], meta)
     assert info["group"] == [*EDIT_TYPES, "downsample", "downsample"]
     assert q[:4].tolist() == [0.0] * 4 and 0.5 < q[4] < 1.0 and info["psnr"][4] > 15 and np.isnan(info["psnr"][0])

@@ -4,7 +4,12 @@
 (:func:`.judge.judge_edit`) of the image against its row's ``target`` and ``preserve`` fields; the score is
 ``score=`` one of
 
-* ``"mix"`` (default): ``(partial + preservation) / 2`` — dense, and both halves are needed;
+* ``"mix"`` (default): ``(partial + preservation) / 2`` — dense, and both halves are needed; but copying the
+  source image scores 0.83 / 0.75 / 0.88 on add / remove / move (the test rows' means), so a policy can climb it
+  by not editing;
+* ``"graded"``: ``(partial + preservation + 2·success) / 4`` — half of it is the edit accuracy, so a correct edit
+  (1) beats copying the source (0.42 / 0.38 / 0.44 on add / remove / move, 0.12 on recolor) by more than
+  any near miss can, while a near miss still ranks above a miss;
 * ``"strict"`` / ``"partial"``: the ShapesWorld judge on the target description alone;
 * ``"preservation"``: the fraction of untouched objects left in place;
 * ``"success"``: strict and every untouched object in place (the edit accuracy).
@@ -27,7 +32,7 @@ import numpy as np
 
 from reward_models import register, to_uint8
 
-SCORES = ("mix", "strict", "partial", "preservation", "success")
+SCORES = ("mix", "graded", "strict", "partial", "preservation", "success")
 EDIT_METRICS = ("strict", "partial", "preservation", "success")
 
 
@@ -58,6 +63,8 @@ def edit(score: str = "mix"):
         out = _judged(to_uint8(images), metadata)
         if score == "mix":
             values = [(p + q) / 2 for p, q in zip(out["partial"], out["preservation"])]
+        elif score == "graded":
+            values = [(p + q + 2 * w) / 4 for p, q, w in zip(out["partial"], out["preservation"], out["success"])]
         else:
             values = out[score]
         return np.asarray(values, dtype=np.float32), out
