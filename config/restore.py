@@ -5,9 +5,10 @@
     python scripts/train.py --config config/restore.py:quick_supervised   # baseline: the supervised loss alone
     python scripts/train.py --config config/restore.py:long               # hours
 
-Measured (docs/experiments/2026-11-23-image-conditioned.md; seeds 0 / 1): held-out PSNR 25.31 dB → staged
-(quick) 28.22 / 27.50, pure GRPO 27.64 / 27.72, supervised alone 25.62 (seed 0): staged and pure GRPO tie
-within the spread of seeds, both far above the supervised loss alone.
+Measured (docs/experiments/2026-11-23-image-conditioned.md; seeds 0 / 1 / 2): held-out PSNR 25.31 dB → staged
+(quick) 28.22 / 27.50 / 27.51, pure GRPO 27.64 / 27.72 / 27.86, supervised alone 25.62 (seed 0): staged and
+pure GRPO tie (27.74 dB on both three-seed means), both far above the supervised loss alone. DiffusionNFT in
+place of GRPO (config/edit.py's objective) did worse here: 27.32 dB pure, 26.89 dB staged (seed 0).
 
 Rows: ``shapes_restore_train`` (a degraded ShapesWorld render as ``source_image``, the clean one as ``ground_truth``,
 the degradation in ``degradation``; the fixed instruction "restore the image"), balanced over the degradation
