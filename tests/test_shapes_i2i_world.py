@@ -98,7 +98,7 @@ def test_rewards():
     sources = np.stack([r["source_image"] for r in rows]).astype(np.float32) / 255
     s, _ = edit(score="success")(sources, [r["prompt"] for r in rows], meta)
     assert s[:4].tolist() == [0.0] * 4
-    # copying the source: "mix" pays (partial + preservation) / 2, "graded" a quarter of that sum plus nothing
+    # copying the source (success 0): "mix" pays (partial + preservation) / 2, "graded" a quarter of that sum
     mix, info = edit(score="mix")(sources, [r["prompt"] for r in rows], meta)
     graded, _ = edit(score="graded")(sources, [r["prompt"] for r in rows], meta)
     for i in range(4):

@@ -7,9 +7,9 @@
 * ``"mix"`` (default): ``(partial + preservation) / 2`` — dense, and both halves are needed; but copying the
   source image scores 0.83 / 0.75 / 0.88 on add / remove / move (the test rows' means), so a policy can climb it
   by not editing;
-* ``"graded"``: ``(partial + preservation + 2·success) / 4`` — half of it is the edit accuracy, so a correct edit
-  (1) beats copying the source (0.42 / 0.38 / 0.44 on add / remove / move, 0.12 on recolor) by more than
-  any near miss can, while a near miss still ranks above a miss;
+* ``"graded"``: ``(partial + preservation + 2·success) / 4`` — half of it is the edit accuracy: a correct edit
+  scores 1 and any failed one at most 0.5 (copying the source: 0.42 / 0.38 / 0.44 on add / remove / move, 0.12
+  on recolor), while failures keep mix's order among themselves (the config/edit.py recipes train on it);
 * ``"strict"`` / ``"partial"``: the ShapesWorld judge on the target description alone;
 * ``"preservation"``: the fraction of untouched objects left in place;
 * ``"success"``: strict and every untouched object in place (the edit accuracy).
