@@ -13,7 +13,7 @@ eval/preservation/<type>); the headline metric is ``eval/group_mean/success``.
 ``quick`` / ``long``: DiffusionNFT (``train.objective = "nft"``) on deterministic DDIM rollouts, 16 AdamW
 updates per epoch, reward ``edit`` with score "graded" = (partial + preservation + 2·success) / 4. Measured
 (docs/experiments/2026-11-23-image-conditioned.md, "Editing with DiffusionNFT"): held-out success 0.167 →
-0.250 / 0.281 / 0.260 (seeds 0 / 1 / 2), against 0.198 for ``quick_grpo``. The score "mix" = (partial +
+0.250 / 0.281 / 0.260 / 0.188 (seeds 0–3), against 0.198 for ``quick_grpo``. The score "mix" = (partial +
 preservation) / 2 pays 0.75–0.88 for copying the source image on add / remove / move; "graded" pays under 0.45.
 
 ``quick_grpo``: GRPO (DDIM η = 1 on a 4-step window, one AdamW step per epoch), score "mix", and a light
