@@ -294,12 +294,24 @@ def _all(description: str, parts: Sequence[Check]) -> Check:
     return Check(description, all(c.ok for c in parts), min(c.soft for c in parts))
 
 
+def _hand_down(description: str, up_frac: float) -> Check:
+    """That wrist above the head for fewer than :data:`DOWN_MAX_FRAC` of the frames."""
+    return _below(description, up_frac, DOWN_MAX_FRAC, 1.0 - DOWN_MAX_FRAC)
+
+
+def _standing(w: dict[str, float]) -> tuple[Check, Check, Check]:
+    """Stays in place, keeps facing, no jumps: what a turn, a jump or an arms-only clip must also do."""
+    return (
+        _below("stays in place", w["distance"], STAY_MAX_DISPLACEMENT, SOFT_DISPLACEMENT_M),
+        _below("keeps facing", abs(w["yaw_deg"]), KEEP_FACING_DEG, SOFT_YAW_DEG),
+        _count("no jumps", w["flights"], 0),
+    )
+
+
 def action_checks(action: str, w: dict[str, float]) -> list[Check]:
     """The checks of one action over a window's measurements ``w`` (see the module docstring)."""
     kind, arg = action_kind(action)
-    stay = _below("stays in place", w["distance"], STAY_MAX_DISPLACEMENT, SOFT_DISPLACEMENT_M)
-    facing = _below("keeps facing", abs(w["yaw_deg"]), KEEP_FACING_DEG, SOFT_YAW_DEG)
-    no_jump = _count("no jumps", w["flights"], 0)
+    stay, facing, no_jump = _standing(w)
     if kind in ("walk", "run"):
         axis, sign, other = _AXES[arg]
         along = sign * w[axis]
@@ -338,7 +350,7 @@ def action_checks(action: str, w: dict[str, float]) -> list[Check]:
         ]
     if arg != "both":
         other = "right" if arg == "left" else "left"
-        checks.append(_below(f"{other} hand down", w[f"up_{other}"], DOWN_MAX_FRAC, 1.0 - DOWN_MAX_FRAC))
+        checks.append(_hand_down(f"{other} hand down", w[f"up_{other}"]))
     return checks
 
 
@@ -350,14 +362,9 @@ def _clause(actions: Sequence[str], w: dict[str, float]) -> list[Check]:
     legs = [a for a in actions if a in LEG_ACTIONS]
     arms = [a for a in actions if a in ARM_ACTIONS]
     if legs and not arms:
-        down = [_below("", w[f"up_{h}"], DOWN_MAX_FRAC, 1.0 - DOWN_MAX_FRAC) for h in _HAND_JOINTS]
-        checks.append(_all("hands down", down))
+        checks.append(_all("hands down", [_hand_down("", w[f"up_{h}"]) for h in _HAND_JOINTS]))
     if arms and not legs:
-        checks += [
-            _below("stands: stays in place", w["distance"], STAY_MAX_DISPLACEMENT, SOFT_DISPLACEMENT_M),
-            _below("stands: keeps facing", abs(w["yaw_deg"]), KEEP_FACING_DEG, SOFT_YAW_DEG),
-            _count("stands: no jumps", w["flights"], 0),
-        ]
+        checks += _prefixed("stands: ", _standing(w))
     return checks
 
 

@@ -123,9 +123,7 @@ def motion_judge(score: str = "strict"):
         applicable = ~np.isnan(out["strict"])
         info: dict[str, Any] = {
             "task": tasks,
-            "strict": out["strict"].tolist(),
-            "partial": out["partial"].tolist(),
-            "soft": out["soft"].tolist(),
+            **{k: out[k].tolist() for k in SCORES},
             "motion_judge/not_applicable": float((~applicable).mean()) if batch else 0.0,
             "motion_judge/invalid": float(invalid / batch) if batch else 0.0,
         }
