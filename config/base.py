@@ -116,6 +116,14 @@ def get_config():
     train.forward_time = "uniform"  # their density: "uniform" (one per stratum of (0, 1)) | "logit_normal"
     train.nft_beta = 1.0  # "nft": strength β of the implicit positive / negative policies (the paper's default)
     train.rwr_temperature = 1.0  # "rwr": weights exp(A / τ), normalised to mean 1; τ → 0 = best of group
+    # Forward objectives: the sampling policy θ_s (it draws the rollouts and is the "nft" loss's v_old) may
+    # trail the trained θ (DiffusionNFT's soft update, ddpo_grpo/weights.py LaggingSampler): after every
+    # epoch θ_s ← d·θ_s + (1 − d)·θ, d = min(sampler_decay_max, sampler_decay_rate·max(0, n −
+    # sampler_decay_flat)), n = optimizer steps so far. rate 0 = θ_s is θ at every epoch start (on-policy).
+    # The paper's settings: (rate 0.001, max 0.5, flat 0) and, for a held anchor, (0.0075, 0.999, 75).
+    train.sampler_decay_rate = 0.0
+    train.sampler_decay_max = 0.5
+    train.sampler_decay_flat = 0
     train.num_inner_epochs = 1  # passes over the stored transitions per epoch (1 = single-pass DDPO)
     # Trust region, PER SAMPLE: the per-sample ratio π_θ/π_old (the product over the latent's d dimensions)
     # is clipped to [1 − ε, 1 + ε] to first order (internally the per-dimension ratio to 1 ± ε/d), so one

@@ -106,6 +106,16 @@ def validate(config, num_processes: int = 1) -> dict:
             f"train.max_grad_norm={t.max_grad_norm} must be > 0 and train.grad_norm_ratio={t.grad_norm_ratio} "
             "≥ 0 (0 = no relative clip)"
         )
+    if not (t.sampler_decay_rate >= 0 and 0 <= t.sampler_decay_max < 1 and t.sampler_decay_flat >= 0):
+        p.append(
+            f"train.sampler_decay_rate={t.sampler_decay_rate}, train.sampler_decay_max={t.sampler_decay_max}, "
+            f"train.sampler_decay_flat={t.sampler_decay_flat}: need rate ≥ 0, 0 ≤ max < 1, flat ≥ 0"
+        )
+    if t.sampler_decay_rate > 0 and t.objective == "grpo":
+        p.append(
+            "train.sampler_decay_rate > 0 with train.objective='grpo': a lagging sampler is for the forward-process "
+            "objectives ('awm', 'nft', 'rwr'); GRPO's stored log-probs are the current policy's. Set it to 0"
+        )
     if not (t.nft_beta > 0 and t.rwr_temperature > 0):
         p.append(f"train.nft_beta={t.nft_beta} and train.rwr_temperature={t.rwr_temperature} must be > 0")
     if t.objective == "grpo" and t.use_lora and t.lora_dropout > 0:

@@ -48,7 +48,7 @@ from ddpo_grpo.schedules import loss_weights
 from ddpo_grpo.seeding import derive_seed
 from ddpo_grpo.supervised import SupervisedTerm, rows_of
 from ddpo_grpo.updates import Stats, UpdateContext, make_update
-from ddpo_grpo.weights import EMA, trainable_parameters
+from ddpo_grpo.weights import EMA, LaggingSampler, trainable_parameters
 
 WEIGHT_DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 GRAD_NORM_WINDOW = 20  # optimizer steps whose median gradient norm sets the relative clip (train.grad_norm_ratio)
@@ -186,6 +186,11 @@ class Trainer:
         for p in self.params.values():
             p.data = p.data.float()  # trainable weights (and their optimizer state) in float32
         self.ema = EMA(self.params, t.ema_decay) if t.ema else None
+        self.sampler = None  # the forward objectives' lagging sampling policy (train.sampler_decay_*)
+        if t.sampler_decay_rate > 0:
+            self.sampler = LaggingSampler(
+                self.params, rate=t.sampler_decay_rate, max_decay=t.sampler_decay_max, flat=t.sampler_decay_flat
+            )
         self.reference = None
         if t.beta > 0:
             self.reference = Reference(
@@ -294,6 +299,7 @@ class Trainer:
             reference=self.reference,
             autocast=self.autocast,
             rank=self.rank,
+            sampler=self.sampler,
         )
         self.update = make_update(ctx)
         self.supervised = SupervisedTerm(ctx) if t.sup_weight > 0 else None
@@ -375,20 +381,21 @@ class Trainer:
             generator = torch.Generator(self.acc.device).manual_seed(derive_seed(cfg.seed, epoch, self.rank, b, 1))
             rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
             start = time.perf_counter()
-            rollout = sample_rollout(
-                self.policy,
-                self.policy.denoiser,
-                [rows[g] for g, _ in batch],
-                seeds=seeds,
-                num_steps=s.num_steps,
-                guidance_scale=s.guidance_scale,
-                noise_level=self.noise_level,
-                plan=self.plan,
-                generator=generator,
-                rng=rng,
-                negative_prompt=s.negative_prompt,
-                autocast=self.autocast,
-            )
+            with self.sampler.applied() if self.sampler is not None else contextlib.nullcontext():
+                rollout = sample_rollout(
+                    self.policy,
+                    self.policy.denoiser,
+                    [rows[g] for g, _ in batch],
+                    seeds=seeds,
+                    num_steps=s.num_steps,
+                    guidance_scale=s.guidance_scale,
+                    noise_level=self.noise_level,
+                    plan=self.plan,
+                    generator=generator,
+                    rng=rng,
+                    negative_prompt=s.negative_prompt,
+                    autocast=self.autocast,
+                )
             timing["sample"] += time.perf_counter() - start
             rollouts.append(rollout)
             pending.append(self._score(rollout))
@@ -618,6 +625,8 @@ class Trainer:
                 metrics.update({"train/lambda_sup": lam_sup, "train/lambda_pg": lam_pg})
             if self.reference is not None:
                 self.reference.after_epoch(epoch)
+            if self.sampler is not None:
+                metrics["train/sampler_decay"] = self.sampler.update(self.global_step)
             last = epoch == cfg.num_epochs - 1
             if self.evaluator is not None and self.evaluator.due(epoch, last):
                 start = time.perf_counter()
@@ -730,6 +739,8 @@ class Trainer:
                 tensors["ema"] = self.ema.state_dict()
             if self.reference is not None and self.reference.state_dict():
                 tensors["reference"] = self.reference.state_dict()
+            if self.sampler is not None:
+                tensors["sampler"] = self.sampler.state_dict()
             state = {
                 "epoch": epoch,
                 "global_step": self.global_step,
@@ -762,6 +773,9 @@ class Trainer:
             self.ema.load_state_dict(loaded["tensors"]["ema"])
         if self.reference is not None and "reference" in loaded["tensors"]:
             self.reference.load_state_dict(loaded["tensors"]["reference"])
+        if self.sampler is not None:  # a checkpoint of a run without one: the sampler starts from the weights
+            saved = loaded["tensors"].get("sampler")
+            self.sampler.load_state_dict(saved if saved is not None else loaded["tensors"]["model"])
         self.tracker.load_state_dict(state["tracker"])
         ckpt.set_rng_state(state["rng"])
         self.start_epoch, self.global_step = state["epoch"] + 1, state["global_step"]

@@ -10,8 +10,8 @@ an updater turns one minibatch of samples into gradients and per-sample statisti
 * ``ForwardUpdate`` ("awm", "nft", "rwr"): the rollout's FINAL samples are noised again at
   ``train.forward_timesteps`` levels u per sample (``policy.forward_process``) and the objective of
   ``losses.FORWARD_OBJECTIVES`` compares the model's conditional prediction there with the pretraining
-  target, against the sampling policy's prediction at the same point (the epoch-start weights, swapped
-  in under no_grad) (+ β·E‖f_θ − f_ref‖², the reference's squared prediction gap). No log-density of a
+  target, against the sampling policy's prediction at the same point (the epoch-start weights, or the
+  lagging sampler's with ``train.sampler_decay_rate`` > 0, swapped in under no_grad) (+ β·E‖f_θ − f_ref‖², the reference's squared prediction gap). No log-density of a
   transition is needed, so rollouts may be deterministic (noise level 0) and use any number of steps.
 
 Samples whose advantage is exactly 0 contribute no gradient to "grpo" and "awm" (their losses are
@@ -51,6 +51,7 @@ class UpdateContext:
     reference: object | None
     autocast: object
     rank: int
+    sampler: object | None = None  # the lagging sampling policy (weights.LaggingSampler), when configured
 
 
 class Stats:
@@ -198,7 +199,8 @@ class ForwardUpdate:
             u = (torch.arange(k).float() + torch.rand(n, k, generator=gen)) / k  # [n, K], one per stratum
         self.u = u.clamp(U_EPS, 1 - U_EPS)
         self.seeds = [derive_seed(cfg.seed, epoch, self.ctx.rank, 5, i) for i in range(n)]
-        self.old = snapshot(self.ctx.params)  # the sampling policy: this epoch's weights before any update
+        # the sampling policy: the lagging sampler's weights, else this epoch's weights before any update
+        self.old = self.ctx.sampler.shadow if self.ctx.sampler is not None else snapshot(self.ctx.params)
         self.skipped = 0
         self.options = {"beta": t.nft_beta, "adv_max": t.adv_clip_max if t.adv_clip_max > 0 else 5.0}
         if self.name == "rwr":

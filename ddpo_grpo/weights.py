@@ -1,4 +1,4 @@
-"""Named sets of trainable weights: snapshots, in-place mixing, temporary swaps, EMA.
+"""Named sets of trainable weights: snapshots, in-place mixing, temporary swaps, EMA, the lagging sampler.
 
 Both the reference policy (hard / soft updates) and the EMA of the trainable weights are "another
 value of the same parameters". They are kept as plain dicts name -> tensor and swapped into the
@@ -88,4 +88,45 @@ class EMA:
         missing = set(self.shadow) - set(state)
         if missing:
             raise ValueError(f"EMA checkpoint is missing {len(missing)} weights, e.g. {sorted(missing)[:3]}")
+        self.shadow = {k: state[k].clone().float() for k in self.shadow}
+
+
+class LaggingSampler:
+    """The sampling policy θ_s of the forward-process objectives, soft-updated after every epoch.
+
+    DiffusionNFT (Zheng et al. 2025, §3) samples with an "old" policy that trails the trained θ and
+    uses it as v_old in the loss: after each epoch θ_s ← d_n·θ_s + (1 − d_n)·θ with
+    d_n = min(d_max, rate·max(0, n − flat)), n the optimizer steps so far. d = 0 is a hard copy (θ_s = θ
+    at every epoch start: the on-policy sampler); d near 1 holds θ_s nearly still, and because the NFT
+    loss pulls f_θ towards v_old wherever the advantage is 0, θ then stays within a trust region of a
+    slowly moving anchor instead of chasing its own latest samples.
+    """
+
+    def __init__(self, params: dict[str, torch.nn.Parameter], *, rate: float, max_decay: float, flat: int):
+        self.params = params
+        self.rate, self.max_decay, self.flat = float(rate), float(max_decay), int(flat)
+        self.shadow = snapshot(params)
+
+    def decay_at(self, n: int) -> float:
+        """d_n = min(d_max, rate·max(0, n − flat))."""
+        return min(self.max_decay, self.rate * max(0, n - self.flat))
+
+    @torch.no_grad()
+    def update(self, n: int) -> float:
+        """θ_s ← d_n·θ_s + (1 − d_n)·θ after an epoch that ended at optimizer step n; returns d_n."""
+        d = self.decay_at(n)
+        mix_(self.shadow, self.params, d)
+        return d
+
+    def applied(self):
+        """Context in which the model holds θ_s (for sampling)."""
+        return swapped(self.params, self.shadow)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.shadow
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        missing = set(self.shadow) - set(state)
+        if missing:
+            raise ValueError(f"sampler checkpoint is missing {len(missing)} weights, e.g. {sorted(missing)[:3]}")
         self.shadow = {k: state[k].clone().float() for k in self.shadow}
