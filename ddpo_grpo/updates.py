@@ -11,8 +11,9 @@ an updater turns one minibatch of samples into gradients and per-sample statisti
   ``train.forward_timesteps`` levels u per sample (``policy.forward_process``) and the objective of
   ``losses.FORWARD_OBJECTIVES`` compares the model's conditional prediction there with the pretraining
   target, against the sampling policy's prediction at the same point (the epoch-start weights, or the
-  lagging sampler's with ``train.sampler_decay_rate`` > 0, swapped in under no_grad) (+ β·E‖f_θ − f_ref‖², the reference's squared prediction gap). No log-density of a
-  transition is needed, so rollouts may be deterministic (noise level 0) and use any number of steps.
+  lagging sampler's with ``train.sampler_decay_rate`` > 0, swapped in under no_grad) (+ β·E‖f_θ − f_ref‖²,
+  the reference's squared prediction gap). No log-density of a transition is needed, so rollouts may be
+  deterministic (noise level 0) and use any number of steps.
 
 Samples whose advantage is exactly 0 contribute no gradient to "grpo" and "awm" (their losses are
 −A·ratio) when there is no KL term: they are left out of the forward passes and counted
