@@ -382,20 +382,7 @@ class Trainer:
             rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
             start = time.perf_counter()
             with self.sampler.applied() if self.sampler is not None else contextlib.nullcontext():
-                rollout = sample_rollout(
-                    self.policy,
-                    self.policy.denoiser,
-                    [rows[g] for g, _ in batch],
-                    seeds=seeds,
-                    num_steps=s.num_steps,
-                    guidance_scale=s.guidance_scale,
-                    noise_level=self.noise_level,
-                    plan=self.plan,
-                    generator=generator,
-                    rng=rng,
-                    negative_prompt=s.negative_prompt,
-                    autocast=self.autocast,
-                )
+                rollout = self._rollout([rows[g] for g, _ in batch], seeds, generator, rng)
             timing["sample"] += time.perf_counter() - start
             rollouts.append(rollout)
             pending.append(self._score(rollout))
@@ -404,6 +391,24 @@ class Trainer:
         timing["reward"] += time.perf_counter() - start  # time spent waiting for rewards after sampling
         per_reward = {name: np.concatenate([sc[name] for sc in scores]) for name in self.reward.names}
         return Rollout.cat(rollouts), per_reward, timing
+
+    def _rollout(self, rows, seeds, generator, rng) -> Rollout:
+        """One batch of ``rows`` through the training sampler (sample.*) with the weights the model holds."""
+        s = self.config.sample
+        return sample_rollout(
+            self.policy,
+            self.policy.denoiser,
+            rows,
+            seeds=seeds,
+            num_steps=s.num_steps,
+            guidance_scale=s.guidance_scale,
+            noise_level=self.noise_level,
+            plan=self.plan,
+            generator=generator,
+            rng=rng,
+            negative_prompt=s.negative_prompt,
+            autocast=self.autocast,
+        )
 
     def _score(self, rollout: Rollout):
         """Reward scores of one batch: a Future when reward.num_workers > 0, else the scores themselves."""
@@ -681,22 +686,7 @@ class Trainer:
 
     def _probe_sample(self, rows, seeds, generator, rng):
         """Samples of ``rows`` with the training sampler (current weights), for the paired probe."""
-        s = self.config.sample
-        rollout = sample_rollout(
-            self.policy,
-            self.policy.denoiser,
-            rows,
-            seeds=seeds,
-            num_steps=s.num_steps,
-            guidance_scale=s.guidance_scale,
-            noise_level=self.noise_level,
-            plan=self.plan,
-            generator=generator,
-            rng=rng,
-            negative_prompt=s.negative_prompt,
-            autocast=self.autocast,
-        )
-        return rollout.samples.cpu()
+        return self._rollout(rows, seeds, generator, rng).samples.cpu()
 
     def _probe_score(self, samples, rows):
         prompts = [r["prompt"] for r in rows]
