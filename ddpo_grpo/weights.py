@@ -47,7 +47,32 @@ def swapped(params: dict[str, torch.nn.Parameter], values: dict[str, torch.Tenso
             params[name].data = data
 
 
-class EMA:
+class ShadowWeights:
+    """Another value of the trainable weights (float32, starting at their current value), swapped in on
+    demand and checkpointed; subclasses say how it follows the weights (EMA, LaggingSampler)."""
+
+    #: how a checkpoint missing some of these weights is named in the error
+    label = "shadow"
+
+    def __init__(self, params: dict[str, torch.nn.Parameter]):
+        self.params = params
+        self.shadow = snapshot(params)
+
+    def applied(self):
+        """Context in which the model holds the shadow weights."""
+        return swapped(self.params, self.shadow)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.shadow
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        missing = set(self.shadow) - set(state)
+        if missing:
+            raise ValueError(f"{self.label} checkpoint is missing {len(missing)} weights, e.g. {sorted(missing)[:3]}")
+        self.shadow = {k: state[k].clone().float() for k in self.shadow}
+
+
+class EMA(ShadowWeights):
     """Exponential moving average θ_ema ← d·θ_ema + (1 − d)·θ of the trainable weights.
 
     warmup=False (the RL trainer): a constant d = decay, applied as θ_ema·d + θ·(1 − d) (``mix_``).
@@ -56,11 +81,12 @@ class EMA:
     (d_0 = 0.1, d_90 = 0.91), applied as θ_ema.lerp_(θ, 1 − d_n) (the ShapesWorld pretraining's arithmetic).
     """
 
+    label = "EMA"  # applied(): for evaluation and export
+
     def __init__(self, params: dict[str, torch.nn.Parameter], decay: float, warmup: bool = False):
-        self.params = params
+        super().__init__(params)
         self.decay = float(decay)
         self.warmup = bool(warmup)
-        self.shadow = snapshot(params)
 
     def decay_at(self, n: int) -> float:
         """The decay of update n: min(decay, (1 + n)/(10 + n)) with warm-up, else decay."""
@@ -77,21 +103,8 @@ class EMA:
         for name, value in self.shadow.items():
             value.lerp_(self.params[name].detach().float(), weight)
 
-    def applied(self):
-        """Context in which the model holds the EMA weights (for evaluation and export)."""
-        return swapped(self.params, self.shadow)
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return self.shadow
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        missing = set(self.shadow) - set(state)
-        if missing:
-            raise ValueError(f"EMA checkpoint is missing {len(missing)} weights, e.g. {sorted(missing)[:3]}")
-        self.shadow = {k: state[k].clone().float() for k in self.shadow}
-
-
-class LaggingSampler:
+class LaggingSampler(ShadowWeights):
     """The sampling policy θ_s of the forward-process objectives, soft-updated after every epoch.
 
     DiffusionNFT (Zheng et al. 2025, §3) samples with an "old" policy that trails the trained θ and
@@ -102,10 +115,11 @@ class LaggingSampler:
     slowly moving anchor instead of chasing its own latest samples.
     """
 
+    label = "sampler"  # applied(): for sampling
+
     def __init__(self, params: dict[str, torch.nn.Parameter], *, rate: float, max_decay: float, flat: int):
-        self.params = params
+        super().__init__(params)
         self.rate, self.max_decay, self.flat = float(rate), float(max_decay), int(flat)
-        self.shadow = snapshot(params)
 
     def decay_at(self, n: int) -> float:
         """d_n = min(d_max, rate·max(0, n − flat))."""
@@ -117,16 +131,3 @@ class LaggingSampler:
         d = self.decay_at(n)
         mix_(self.shadow, self.params, d)
         return d
-
-    def applied(self):
-        """Context in which the model holds θ_s (for sampling)."""
-        return swapped(self.params, self.shadow)
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return self.shadow
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        missing = set(self.shadow) - set(state)
-        if missing:
-            raise ValueError(f"sampler checkpoint is missing {len(missing)} weights, e.g. {sorted(missing)[:3]}")
-        self.shadow = {k: state[k].clone().float() for k in self.shadow}
