@@ -62,13 +62,19 @@ def get_config():
     # True: the members of a group start from the same initial noise; a prompt drawn into two groups of
     # an epoch then keeps them apart in the zscore / mean / global_std advantages (advantages.group_keys)
     sample.share_group_noise = False
-    sample.sde_type = "flow_grpo"  # flow models' kernel: "flow_grpo" | "dance" | "cps" (see ddpo_grpo/sde.py)
-    sample.noise_level = 0.7  # flow kernels' stochasticity a (flow_grpo: g = a·sqrt(σ/(1−σ)); cps: η ∈ [0,1])
-    sample.eta = 1.0  # DDIM's η ∈ [0, 1] for SD-family models (0 = deterministic DDIM); DDPM / DDIM η of denoisers
-    # Transition kernel of generic denoiser pipelines (DenoiserPipeline, e.g. motion models): "ddpm" (ancestral,
-    # std × sample.eta; η = 1 is MDM's sampler, η = 0 the posterior-mean chain) | "ddim" (η = 0: deterministic DDIM)
-    # | "" = the pipeline scheduler's kind (DDPMScheduler → ddpm, DDIMScheduler → ddim). Must be "" for SD / SD3.
+    # The transition kernel (ddpo_grpo/sde.py), one knob for every family: flow-matching models (SD3, FLUX,
+    # Qwen-Image, Wan, …) take "flow_grpo" (Flow-GRPO's SDE) | "dance" (DanceGRPO) | "cps" (coefficients-
+    # preserving sampling); DDPM-family models (SD, SDXL, InstructPix2Pix, generic denoisers) take "ddim" (DDIM-η,
+    # DDPO) | "ddpm" (ancestral). "" = the family's default (flow_grpo; ddim; a denoiser pipeline's scheduler kind).
     sample.kernel = ""
+    # The kernel's stochasticity, one knob for every kernel; 0 = deterministic (the ODE / DDIM η = 0): flow_grpo
+    # a (σ_t-dependent std g = a·sqrt(σ/(1−σ))), dance η, cps η ∈ [0, 1], ddim η ∈ [0, 1], ddpm the fraction of
+    # the ancestral std ∈ [0, 1]. None = the kernel's default (0.7 for the flow kernels, 1.0 for ddim / ddpm).
+    sample.noise_level = ml_collections.config_dict.placeholder(float)
+    # Deprecated (accepted for one release, with a one-line message; docs/migration.md): sample.sde_type is
+    # sample.kernel for flow models; sample.eta is sample.noise_level for DDPM-family models (it wins there).
+    sample.sde_type = ml_collections.config_dict.placeholder(str)
+    sample.eta = ml_collections.config_dict.placeholder(float)
     sample.resolution = 512  # image side in pixels (multiple of the VAE downsampling factor)
     # (generic denoisers ignore sample.resolution and sample.max_sequence_length: their sample shape is the
     # pipeline's sample_shape, their text length the tokenizer's)

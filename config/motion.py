@@ -15,11 +15,11 @@ simultaneous and 51 sequence prompts), a balanced set per task, deterministic DD
 seeds, 20 steps, CFG 2.5 (MDM's scale) — ``eval/task_mean/strict`` is the headline number; before and
 after training.
 
-Kernels (``sample.kernel``, both exact Gaussian transitions of ``ddpo_grpo.sde``): "ddim" with ``sample.eta``
+Kernels (``sample.kernel``, both exact Gaussian transitions of ``ddpo_grpo.sde``): "ddim" with ``sample.noise_level``
 = 1 (the recipes' default: DDIM η = 1 is the DDPM posterior with fixed-small variance on the respaced
 schedule, and its η = 0 twin is the deterministic evaluation sampler) or "ddpm" (MDM's ancestral sampler;
 at evaluation's noise level 0 it is the posterior-mean chain). Switch with
-``--config.sample.kernel=ddpm`` (and ``--config.sample.eta``).
+``--config.sample.kernel=ddpm`` (and ``--config.sample.noise_level``).
 
 The denoiser is 0.64 M parameters over 96 frames × 263 features; LoRA adapters (rank 8) on its attention and
 feed-forward layers are trained. What the recipes achieve is measured in worlds/motion/README.md ("GRPO"):
@@ -47,7 +47,7 @@ def _motion(model: str = MDM_DIR):
 
     s = config.sample
     s.kernel = "ddim"
-    s.eta = 1.0
+    s.noise_level = 1.0
     s.num_steps = STEPS
     s.eval_num_steps = STEPS
     s.guidance_scale = GUIDANCE

@@ -51,7 +51,7 @@ def image_conditioned(model: str, *, train_rows: str, test_rows: str, stratify_b
     # s_I (image): on the shipped model, s_I 2.5 beat the pipeline's default 1.5 on both tasks (restoration SSIM
     # 0.955 vs 0.937, edit success up on every type) at s_T 4.5; 3.5 and 5 were no better (worlds/shapes_i2i/README.md)
     s.image_guidance_scale = 2.5
-    s.eta = 1.0
+    s.noise_level = 1.0  # DDIM η = 1
     s.sde_window_size = 4
     s.sde_window_range = None  # anywhere in the 10 steps
     s.group_size = 8

@@ -40,7 +40,8 @@ def compressibility():
     s.num_steps = 50
     s.eval_num_steps = 50
     s.guidance_scale = 5.0
-    s.eta = 1.0
+    s.kernel = "ddim"
+    s.noise_level = 1.0  # DDIM η = 1 (DDPO)
     s.group_size = 4
     s.batch_size = 8
     set_epoch_size(config, DDPO_IMAGES_PER_EPOCH)

@@ -79,7 +79,6 @@ def set_forward_objective(config, *, images_per_step: int, inner_epochs: int, ob
     weight decay; ``images_per_step`` per optimizer step, ``inner_epochs`` passes over each epoch's samples."""
     s = config.sample
     s.noise_level = 0.0
-    s.eta = 0.0
     s.share_group_noise = False
     s.sde_window_size = 0
     t = config.train
@@ -107,7 +106,7 @@ def _flow_grpo(reward_name: str):
     s.num_steps = 10
     s.eval_num_steps = 40
     s.guidance_scale = 4.5
-    s.sde_type = "flow_grpo"
+    s.kernel = "flow_grpo"
     s.noise_level = 0.7
     s.group_size = 24
     # Flow-GRPO encodes prompts with 128 T5 tokens (its train_sd3.py), not diffusers' default 256.
@@ -179,7 +178,7 @@ def pickscore_fast():
     # Window start ∈ {0, 1, 2} (inclusive): the window stays inside steps 0..4, the noisy first half.
     # Flow-GRPO writes this as (0, num_steps // 2) with an exclusive end for the whole window.
     s.sde_window_range = (0, 2)
-    s.sde_type = "cps"  # coefficients-preserving sampling: noise_level is η ∈ [0, 1]
+    s.kernel = "cps"  # coefficients-preserving sampling: noise_level is η ∈ [0, 1]
     s.noise_level = 0.8
     s.guidance_scale = 1.0  # no CFG; set 4.5 (with train.cfg True) to keep guidance
     t.cfg = False

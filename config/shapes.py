@@ -82,11 +82,10 @@ def _shapes(model: str):
 
 def _early_window(config):
     """Stochastic (and trained) steps 0–3 of 10, deterministic ODE / DDIM η=0 steps afterwards
-    (Flow-GRPO-Fast's window, placed where layout and counts are decided). The noise is
-    sample.noise_level of the Flow-GRPO SDE for SD3 and DDIM's sample.eta for SD."""
-    config.sample.sde_type = "flow_grpo"
-    config.sample.noise_level = 0.7
-    config.sample.eta = 1.0
+    (Flow-GRPO-Fast's window, placed where layout and counts are decided). The kernel and its noise level are
+    the family's defaults: the Flow-GRPO SDE with a = 0.7 for SD3, DDIM with η = 1 for SD."""
+    config.sample.kernel = ""
+    config.sample.noise_level = None
     config.sample.sde_window_size = 4
     config.sample.sde_window_range = (0, 0)
     return config

@@ -13,7 +13,7 @@ from ddpo_grpo import degradations, schedules
 from ddpo_grpo.advantages import ADVANTAGE_MODES
 from ddpo_grpo.errors import ConfigError
 from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
-from ddpo_grpo.sde import SDE_TYPES
+from ddpo_grpo.sde import BOUNDED_NOISE, FLOW_KERNELS, KERNELS
 
 REFERENCE_UPDATES = ("fixed", "hard", "soft")
 OBJECTIVES = ("grpo", *FORWARD_OBJECTIVES)
@@ -63,8 +63,9 @@ def validate(config, num_processes: int = 1) -> dict:
     _positive(p, "num_epochs", config.num_epochs, allow_zero=True)
     if isinstance(s.group_size, int) and s.group_size < 2:
         p.append(f"sample.group_size={s.group_size} must be ≥ 2: group-relative advantages need ≥ 2 images per prompt")
-    _choice(p, "sample.sde_type", s.sde_type, SDE_TYPES)
-    _choice(p, "sample.kernel", s.get("kernel", ""), ("", "ddpm", "ddim"))  # generic denoisers (policies/denoiser.py)
+    _choice(p, "sample.kernel", s.kernel, ("", *KERNELS))
+    if s.get("sde_type") is not None:
+        _choice(p, "sample.sde_type", s.sde_type, FLOW_KERNELS)
     _choice(p, "train.adv_mode", t.adv_mode, tuple(ADVANTAGE_MODES))
     _choice(p, "train.kl_estimator", t.kl_estimator, tuple(KL_ESTIMATORS))
     _choice(p, "train.loss_aggregation", t.loss_aggregation, tuple(AGGREGATIONS))
@@ -72,10 +73,14 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "train.timestep_selection", t.timestep_selection, STEP_SELECTIONS)
     _choice(p, "mixed_precision", config.mixed_precision, MIXED_PRECISION)
     _choice(p, "logging.tracker", config.logging.tracker, TRACKERS)
-    if not 0 <= s.eta <= 1:
+    if s.get("eta") is not None and not 0 <= s.eta <= 1:
         p.append(f"sample.eta={s.eta} must be in [0, 1] (0 = deterministic DDIM, 1 = DDPM-like)")
-    if s.noise_level < 0 or (s.sde_type == "cps" and s.noise_level > 1):
-        p.append(f"sample.noise_level={s.noise_level} must be ≥ 0 (and ≤ 1 for sde_type='cps')")
+    kernel = s.kernel or s.get("sde_type") or ""
+    if s.noise_level is not None and (not s.noise_level >= 0 or (kernel in BOUNDED_NOISE and s.noise_level > 1)):
+        p.append(
+            f"sample.noise_level={s.noise_level} must be ≥ 0 (and ≤ 1 for the kernels {list(BOUNDED_NOISE)}; "
+            "None = the kernel's default)"
+        )
     if not 0 < t.timestep_fraction <= 1:
         p.append(f"train.timestep_fraction={t.timestep_fraction} must be in (0, 1]")
     if not t.learning_rate >= 0:  # 0 is allowed: sampling and evaluation without updates, for checks
@@ -187,6 +192,26 @@ def validate(config, num_processes: int = 1) -> dict:
     if p:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
     return derived_totals(config, num_processes)
+
+
+#: deprecated field -> (its replacement, what the replacement means for the old values)
+DEPRECATED = {
+    "sample.sde_type": ("sample.kernel", "the same names: flow_grpo | dance | cps"),
+    "sample.eta": ("sample.noise_level", "the same value for the ddim / ddpm kernels"),
+}
+
+
+def deprecations(config) -> list[str]:
+    """One line per deprecated field the config sets (they still work for one release: docs/migration.md)."""
+    lines = []
+    for field, (new, meaning) in DEPRECATED.items():
+        section, key = field.split(".")
+        value = config[section].get(key)
+        if value is not None:
+            lines.append(
+                f"deprecated: {field}={value!r} still works for this release; use {new} ({meaning}; docs/migration.md)"
+            )
+    return lines
 
 
 def _check_run_name(problems, config) -> None:

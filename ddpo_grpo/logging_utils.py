@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from reward_models.contract import to_uint8
+from ddpo_grpo.images import to_uint8
 
 # ---------------------------------------------------------------------------
 # value conversion / image grid helpers

@@ -60,6 +60,11 @@ __all__ = [
     "SDE_TYPES",
     "PREDICTION_TYPES",
     "DDPM_VARIANCES",
+    "FLOW_KERNELS",
+    "DIFFUSION_KERNELS",
+    "KERNELS",
+    "DEFAULT_NOISE_LEVELS",
+    "predicted_x0",
 ]
 
 Scalar = float | torch.Tensor
@@ -680,3 +685,32 @@ def ddpm_forward(x0: torch.Tensor, alpha_prod: torch.Tensor, noise: torch.Tensor
     if prediction_type == "v_prediction":
         return Noised(x_t, torch.sqrt(a) * eps - torch.sqrt(1 - a) * x0f, torch.sqrt(1 - a_b))
     return Noised(x_t, x0f, torch.ones_like(a_b))
+
+
+def predicted_x0(
+    model_output: torch.Tensor, sample: torch.Tensor, alpha_prod_t: torch.Tensor, prediction_type: str
+) -> torch.Tensor:
+    """x̂0 of a DDPM-family model output at (x_t, ᾱ_t), in float32 and differentiable: the parametrisations of
+    :func:`ddim_step` (ε, v or x0 prediction). alpha_prod_t: [B] or broadcastable; returns [B, ...]."""
+    if prediction_type not in _DDIM_PREDICTIONS:
+        raise ValueError(f"Unknown `prediction_type` {prediction_type!r}; expected one of {list(_DDIM_PREDICTIONS)}")
+    a_t = alpha_prod_t.to(torch.float32).reshape(-1, *([1] * (sample.ndim - 1)))  # [B, 1, ..., 1]
+    x0, _ = _DDIM_PREDICTIONS[prediction_type](sample.float(), model_output.float(), a_t)
+    return x0
+
+
+# ----------------------------------------------------------------------------
+# The kernel registry: what ``sample.kernel`` names
+# ----------------------------------------------------------------------------
+
+#: kernels of flow-matching (velocity) models: :func:`flow_sde_step`'s ``sde_type``
+FLOW_KERNELS = SDE_TYPES
+#: kernels of DDPM-family (ε / v / x0-prediction) models: :func:`ddim_step` and :func:`ddpm_step`
+DIFFUSION_KERNELS = ("ddim", "ddpm")
+#: every value of ``sample.kernel`` ("" = the family's default)
+KERNELS = FLOW_KERNELS + DIFFUSION_KERNELS
+#: ``sample.noise_level`` when the config leaves it unset: Flow-GRPO's a = 0.7 for the flow kernels (the
+#: paper's setting), DDPO's η = 1 for DDIM and the full ancestral variance for DDPM
+DEFAULT_NOISE_LEVELS = {"flow_grpo": 0.7, "dance": 0.7, "cps": 0.7, "ddim": 1.0, "ddpm": 1.0}
+#: kernels whose noise level is a fraction in [0, 1]
+BOUNDED_NOISE = ("cps", "ddim", "ddpm")

@@ -38,7 +38,7 @@ from ddpo_grpo.errors import ConfigError, RewardError
 from ddpo_grpo.evaluation import Evaluator, evaluate, every
 from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard
 from ddpo_grpo.logging_utils import MetricsLogger
-from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, canonical_model, load_pipeline, policy_class
+from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, canonical_model, load_pipeline, policy_settings
 from ddpo_grpo.probe import PairedProbe
 from ddpo_grpo.prompts import PromptSampler, load_prompts
 from ddpo_grpo.reference import Reference
@@ -59,10 +59,15 @@ class Trainer:
     def __init__(self, config, accelerator=None):
         from accelerate import Accelerator
 
+        from ddpo_grpo.config_checks import deprecations
+
         self.config = config
         world = int(os.environ.get("WORLD_SIZE", "1"))
         self.totals = validate(config, world)
         check_inputs(config)  # before any model is loaded and before the run directory exists
+        if int(os.environ.get("RANK", "0")) == 0:
+            for line in deprecations(config):
+                print(line, flush=True)
         # torchrun / accelerate on a machine without GPUs: distributed CPU processes (gloo backend)
         cpu = world > 1 and not torch.cuda.is_available()
         self.acc = accelerator or Accelerator(mixed_precision=config.mixed_precision, cpu=cpu)
@@ -153,17 +158,10 @@ class Trainer:
         cfg, t = self.config, self.config.train
         self.model_path = self._model_path()
         pipeline = load_pipeline(self.model_path)
-        extra = {}
-        if getattr(policy_class(pipeline), "image_conditioned", False):
-            extra["image_guidance_scale"] = cfg.sample.image_guidance_scale
-        self.policy = build_policy(
-            pipeline,
-            resolution=cfg.sample.resolution,
-            max_sequence_length=cfg.sample.max_sequence_length,
-            sde_type=cfg.sample.sde_type,
-            kernel=cfg.sample.kernel,
-            **extra,
-        )
+        try:
+            self.policy = build_policy(pipeline, policy_settings(pipeline, cfg.sample))
+        except ValueError as exc:  # a kernel, noise level or resolution the family cannot take
+            raise ConfigError(str(exc)) from exc
         weight_dtype = WEIGHT_DTYPES[cfg.mixed_precision]
         pipeline.to(self.acc.device)
         for module in self.policy.frozen_modules():
@@ -279,16 +277,16 @@ class Trainer:
             fraction=t.timestep_fraction,
             selection=t.timestep_selection,
         )
-        self.noise_level = s.noise_level if self.policy.noise_field == "sample.noise_level" else s.eta
+        self.noise_level = self.policy.noise_level
         if self.noise_level <= 0 and s.share_group_noise:
             raise ConfigError(
-                f"{self.policy.noise_field}=0 with sample.share_group_noise: deterministic sampling from one shared "
+                "sample.noise_level=0 with sample.share_group_noise: deterministic sampling from one shared "
                 "initial noise makes every member of a group the same image (no advantage); turn one of them off"
             )
         if self.noise_level <= 0 and t.objective == "grpo":
             raise ConfigError(
-                f"{self.policy.noise_field}={self.noise_level}: with no noise every sampling step is deterministic "
-                f"and there is no transition to train; set {self.policy.noise_field} > 0 for this {type(self.policy).__name__}"
+                f"sample.noise_level={self.noise_level}: with no noise every sampling step is deterministic "
+                f"and there is no transition to train; set sample.noise_level > 0 (kernel {self.policy.kernel!r})"
             )
         ctx = UpdateContext(
             config=cfg,
@@ -823,6 +821,7 @@ class Trainer:
                     self.policy.save_pipeline(tmp)
                     manifest = {"kind": "full"}
             manifest["pipeline_class"] = type(self.policy.pipeline).__name__
+            manifest["sampling"] = self.sampling_settings()
             (tmp / FINAL_MANIFEST).write_text(json.dumps(manifest, indent=2))
             old = self.run_dir / f".old-final-{os.getpid()}"
             if final.exists():
@@ -832,6 +831,21 @@ class Trainer:
             print(f"final model written to {final}", flush=True)
         self.acc.wait_for_everyone()
         return final
+
+    def sampling_settings(self) -> dict:
+        """How this run evaluates (and scripts/sample.py / evaluate.py sample its output by default)."""
+        s = self.config.sample
+        return {
+            "num_steps": s.eval_num_steps,
+            "guidance_scale": s.guidance_scale,
+            "max_sequence_length": s.max_sequence_length,
+            "resolution": self.policy.resolution,
+            "kernel": self.policy.kernel,
+            "negative_prompt": s.negative_prompt,
+            "image_guidance_scale": s.image_guidance_scale,
+            "train_num_steps": s.num_steps,
+            "noise_level": self.policy.noise_level,
+        }
 
     def _progress(self, iterable, desc: str):
         if not (self.main and self.config.logging.progress):

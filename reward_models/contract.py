@@ -29,31 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from ddpo_grpo.images import to_pil, to_uint8
+
 #: ``fn(samples, prompts, metadata) -> (scores, info)``
 RewardFn = Callable[[Any, list[str], list[dict]], tuple[Any, dict]]
 #: ``factory(**kwargs) -> RewardFn``
 RewardFactory = Callable[..., RewardFn]
-
-
-def to_uint8(images: Any) -> np.ndarray:
-    """Float ``(B, 3, H, W)`` images in ``[0, 1]`` (tensor or array) -> uint8 ``[B, H, W, 3]``.
-
-    Values are clamped to ``[0, 1]`` and rounded to the nearest of the 256 levels.
-    """
-    if hasattr(images, "detach"):  # torch tensor, without importing torch here
-        images = images.detach().float().cpu().numpy()
-    arr = np.asarray(images, dtype=np.float32)
-    if arr.ndim != 4 or arr.shape[1] != 3:
-        raise ValueError(f"expected images of shape (B, 3, H, W) in [0, 1], got shape {tuple(arr.shape)}")
-    arr = np.round(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8)
-    return np.ascontiguousarray(arr.transpose(0, 2, 3, 1))
-
-
-def to_pil(images: Any) -> list:
-    """Float ``(B, 3, H, W)`` images in ``[0, 1]`` -> list of RGB ``PIL.Image`` (uint8 rounding)."""
-    from PIL import Image
-
-    return [Image.fromarray(a) for a in to_uint8(images)]
 
 
 def coerce_scores(name: str, scores: Any, batch: int) -> np.ndarray:

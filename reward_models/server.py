@@ -36,7 +36,7 @@ What each limit protects:
     relative to that directory only: absolute paths and ".." components are refused, and so is a path
     whose real path (symlinks resolved) is not inside the root's real path, or not a regular file. The
     check runs where the file is opened: the reward is called inside
-    reward_models.similarity.ground_truth_path_policy(policy), which psnr / ssim consult; local training
+    ddpo_grpo.images.image_path_policy(policy), which psnr / ssim consult; local training
     runs without a policy and keeps resolving paths against ``root`` / the working directory.
   * server paths in answers: refusals name the field (metadata[3]['ground_truth']), never a path; the
     text of reward exceptions is redacted (the data root, working directory and anything path-like).
@@ -75,9 +75,10 @@ from typing import Any
 
 import numpy as np
 
+from ddpo_grpo.images import image_path_policy
+
 from .contract import coerce_scores
 from .remote import PROTOCOL, TOKEN_ENV, merge_infos, to_jsonable
-from .similarity import ground_truth_path_policy
 
 #: where this package is installed: a path error messages must not reveal either
 _INSTALL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -279,7 +280,7 @@ class PixelBudget:
 
 
 class ServerPathPolicy:
-    """Where a file path in request metadata may lead; given to the reward via ``ground_truth_path_policy``.
+    """Where a file path in request metadata may lead; given to the reward via ``image_path_policy``.
 
     ``root=None`` refuses every path. Otherwise ``path`` is taken relative to ``root`` (a real path) and
     refused when it is absolute, has a ``..`` component, or its real path (symlinks resolved) is not inside
@@ -572,7 +573,7 @@ class RewardServer(HTTPServer):
             end = min(start + self.max_batch, len(prompts))
             policy.offset = start
             try:
-                with self.reward_lock, ground_truth_path_policy(policy):
+                with self.reward_lock, image_path_policy(policy):
                     self.count(reward_calls=1)
                     out = self.reward_fn(images[start:end], prompts[start:end], metadata[start:end])
             except Exception as exc:

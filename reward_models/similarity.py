@@ -13,7 +13,7 @@ Both rewards compare each generated image with the ground-truth image of its dat
   receives): all integers -> ``uint8`` levels ``0..255`` (divided by 255), any float -> values in ``[0, 1]``
   (which is how :func:`reward_models.remote.to_jsonable` writes a ``uint8`` / a float array).
 
-**Path policy.** Inside a ``with ground_truth_path_policy(policy):`` block (on the calling thread /
+**Path policy.** Inside a ``with ddpo_grpo.images.image_path_policy(policy):`` block (on the calling thread /
 context), a path is not resolved as above: ``policy(path, index, key)`` receives the raw string (no
 ``root``, no ``~`` expansion) and returns the real path to read, or raises to refuse it. The reward
 server uses this to refuse client-named paths, or to confine them to its ``--data_root``. A policy's
@@ -53,16 +53,14 @@ Registered rewards (factory kwargs ``key``, ``root``):
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
-import os
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from ddpo_grpo.images import read_image
 
 from .registry import register
 
@@ -72,28 +70,6 @@ SSIM_WIN_SIZE = 11
 SSIM_SIGMA = 1.5
 SSIM_K1 = 0.01
 SSIM_K2 = 0.03
-
-#: ``policy(path, index, key) -> real path to open``; it raises to refuse. See :func:`ground_truth_path_policy`.
-PathPolicy = Callable[[str, int, str], str]
-_PATH_POLICY: contextvars.ContextVar[PathPolicy | None] = contextvars.ContextVar(
-    "ground_truth_path_policy", default=None
-)
-
-
-@contextlib.contextmanager
-def ground_truth_path_policy(policy: PathPolicy | None) -> Iterator[None]:
-    """Within the block, ground-truth paths from metadata are resolved (or refused) by ``policy``.
-
-    ``policy(path, index, key)`` gets the raw string of ``metadata[index][key]`` and returns the real
-    path of the file to read, or raises. The setting is per thread / ``contextvars`` context, so a
-    reward must read its ground truths on the thread that calls it (``psnr`` and ``ssim`` do).
-    ``None`` restores the local behaviour (paths relative to ``root`` or the working directory).
-    """
-    token = _PATH_POLICY.set(policy)
-    try:
-        yield
-    finally:
-        _PATH_POLICY.reset(token)
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -178,82 +154,6 @@ def ssim(
     return full.flatten(1).mean(dim=1).float()
 
 
-# ------------------------------------------------------------------------- ground truths
-@functools.lru_cache(maxsize=32)
-def _read_image(path: str, size: int, mtime_ns: int) -> np.ndarray:
-    """uint8 ``[3, H, W]`` of an image file (size and mtime only key the cache)."""
-    from PIL import Image
-
-    with Image.open(path) as img:
-        return np.ascontiguousarray(np.asarray(img.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1))
-
-
-def _nested_ground_truth(value: list | tuple, what: str = "ground-truth") -> torch.Tensor:
-    """A nested ``(3, H, W)`` list of numbers (a JSON array) -> float32 ``[3, H, W]``; ints are uint8 levels."""
-    try:
-        arr = np.asarray(value)
-    except (ValueError, OverflowError):
-        raise ValueError(f"a nested-list {what} must be a rectangular (3, H, W) array of numbers") from None
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(f"a nested-list {what} must hold numbers, got {arr.dtype.kind!r} values")
-    if arr.ndim != 3 or arr.shape[0] != 3 or 0 in arr.shape:
-        raise ValueError(f"{what} array must have shape (3, H, W), got {arr.shape}")
-    if arr.dtype.kind in "iu":
-        if arr.min() < 0 or arr.max() > 255:
-            raise ValueError("a nested list of integers is read as uint8 levels and must lie in 0..255")
-        return torch.from_numpy(arr.astype(np.float32)) / 255.0
-    return torch.from_numpy(arr.astype(np.float32))
-
-
-def _ground_truth(value: Any, root: str | None, index: int = 0, key: str = "", what: str = "ground-truth"):
-    """A row's image (its ``what``) -> float32 ``[3, H, W]`` in ``[0, 1]`` on the CPU; Type/ValueError if invalid."""
-    if isinstance(value, (str, os.PathLike)):
-        policy = _PATH_POLICY.get()
-        if policy is not None:  # the caller (the reward server) resolves and vets the path; never echo it
-            path = policy(os.fspath(value), index, key)
-            try:
-                st = os.stat(path)
-                arr = _read_image(path, st.st_size, st.st_mtime_ns)
-            except Exception as exc:  # OSError, PIL's UnidentifiedImageError / DecompressionBombError, ...
-                raise ValueError(f"the {what} file cannot be read as an image ({type(exc).__name__})") from None
-            return torch.from_numpy(arr).float() / 255.0
-        path = os.path.expanduser(os.fspath(value))
-        if not os.path.isabs(path):
-            path = os.path.join(root if root is not None else os.getcwd(), path)
-        if not os.path.isfile(path):
-            raise ValueError(f"{what} image {path!r} does not exist")
-        st = os.stat(path)
-        return torch.from_numpy(_read_image(path, st.st_size, st.st_mtime_ns)).float() / 255.0
-    if hasattr(value, "convert") and hasattr(value, "size"):  # PIL.Image
-        arr = np.asarray(value.convert("RGB"), dtype=np.uint8).transpose(2, 0, 1).copy()
-        return torch.from_numpy(arr).float() / 255.0
-    if isinstance(value, (np.ndarray, torch.Tensor)):
-        t = torch.from_numpy(value.copy()) if isinstance(value, np.ndarray) else value.detach().cpu()  # read-only ok
-        if t.ndim != 3 or t.shape[0] != 3:
-            raise ValueError(f"{what} array must have shape (3, H, W), got {tuple(t.shape)}")
-        return t.float() / 255.0 if t.dtype == torch.uint8 else t.float()
-    if isinstance(value, (list, tuple)):
-        return _nested_ground_truth(value, what)
-    raise TypeError(
-        f"{what} of type {type(value).__name__}; expected an image path, a (3, H, W) array "
-        "(or nested list) or a PIL image"
-    )
-
-
-def load_image(value: Any, *, root: str | None = None, index: int = 0, key: str = "ground_truth") -> torch.Tensor:
-    """One row's image field (``metadata[index][key]``) as float32 ``[3, H, W]`` in ``[0, 1]`` on the CPU.
-
-    Accepts what the rewards accept for a ground truth (a path, resolved against ``root`` or under the
-    active :func:`ground_truth_path_policy`; a (3, H, W) array / tensor / nested list; a PIL image);
-    ValueError naming the row and the key otherwise. The image-conditioned policy adapter reads a row's
-    ``source_image`` with it.
-    """
-    try:
-        return _ground_truth(value, root, index, key, what=key.replace("_", " "))
-    except (TypeError, ValueError, OSError) as exc:
-        raise ValueError(f"row {index}, {key!r}: {exc}") from exc
-
-
 def _paired(
     images: Any, metadata: list[dict], key: str, root: str | None, reward: str
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -268,7 +168,7 @@ def _paired(
         if value is None:
             continue
         try:
-            ref = _ground_truth(value, root, i, key)
+            ref = read_image(value, root, i, key)
         except (TypeError, ValueError, OSError) as exc:
             raise ValueError(f"{reward}: sample {i}, metadata[{key!r}]: {exc}") from exc
         if ref.shape[-2:] != (h, w):
@@ -341,9 +241,6 @@ def psnr_ssim_reward(
 
 __all__ = [
     "PSNR_CAP_DB",
-    "PathPolicy",
-    "ground_truth_path_policy",
-    "load_image",
     "psnr",
     "psnr_reward",
     "psnr_ssim_reward",

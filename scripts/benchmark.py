@@ -56,6 +56,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch
 
+from ddpo_grpo.sde import FLOW_KERNELS
+
 TARGETS = {"rollout": 1.05, "train": 1.15}
 
 
@@ -133,7 +135,7 @@ def bench_rollout(trainer, args) -> dict:
     rows = [trainer.rows[i % len(trainer.rows)] for i in range(b)]
     prompts = [r["prompt"] for r in rows]
     seeds = list(range(b))
-    noise = trainer.noise_level  # SD3: sample.noise_level (0.7, flow_grpo); SD: sample.eta (1.0)
+    noise = trainer.noise_level  # sample.noise_level (SD3: 0.7, flow_grpo; SD: DDIM η 1.0)
     device = policy.device  # looked up once: diffusers' ModelMixin.device walks every submodule
 
     def ours():
@@ -151,7 +153,7 @@ def bench_rollout(trainer, args) -> dict:
         )
 
     kwargs = {}
-    if policy.noise_field == "sample.noise_level":
+    if policy.kernel in FLOW_KERNELS:
         kwargs["max_sequence_length"] = s.max_sequence_length
     else:
         kwargs["eta"] = noise  # DDIM with the same stochasticity (draws the same amount of noise)

@@ -126,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--kernel",
         default="",
-        choices=["", "ddpm", "ddim"],
-        help="generic denoiser pipelines: the transition kernel ('' = the scheduler's kind); others: ''",
+        choices=["", "flow_grpo", "dance", "cps", "ddim", "ddpm"],
+        help="the transition kernel (sample.kernel; '' = the family's default: flow_grpo, ddim, or a denoiser "
+        "pipeline's scheduler kind)",
     )
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     return p

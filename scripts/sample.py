@@ -74,12 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="kernel stochasticity: 0 = deterministic ODE / DDIM; > 0 samples with the policy's SDE (η for SD)",
     )
-    p.add_argument("--sde_type", default="flow_grpo", help="flow kernel used when --noise_level > 0 (flow models only)")
+    p.add_argument("--sde_type", default=None, help="deprecated: the old name of --kernel for flow models")
     p.add_argument(
         "--kernel",
         default="",
-        choices=["", "ddpm", "ddim"],
-        help="generic denoiser pipelines: the transition kernel ('' = the scheduler's kind); others: ''",
+        choices=["", "flow_grpo", "dance", "cps", "ddim", "ddpm"],
+        help="the transition kernel (sample.kernel; '' = the family's default: flow_grpo, ddim, or a denoiser "
+        "pipeline's scheduler kind)",
     )
     p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
     p.add_argument("--batch_size", type=int, default=8, help="images per denoiser batch")

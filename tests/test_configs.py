@@ -127,7 +127,12 @@ def test_recipe_values(monkeypatch):
     assert hi + fast.sample.sde_window_size <= fast.sample.num_steps // 2  # early half of the schedule
     assert trained_steps_per_sample(fast) == fast.sample.sde_window_size < trained_steps_per_sample(sd3)
     sd = load("config.sd", "compressibility", monkeypatch, 1)
-    assert (sd.sample.num_steps, sd.sample.eta, sd.sample.guidance_scale) == (50, 1.0, 5.0)
+    assert (sd.sample.num_steps, sd.sample.kernel, sd.sample.noise_level, sd.sample.guidance_scale) == (
+        50,
+        "ddim",
+        1.0,
+        5.0,
+    )
     # DDPO's 1e-4 per latent dimension, as a per-sample clip over the 4×64×64 latent of 512 px
     assert (sd.train.adv_mode, sd.train.clip_range, sd.train.timestep_fraction) == ("buffer", 1e-4 * 16384, 1.0)
     incompressibility = load("config.sd", "incompressibility", monkeypatch, 1)
@@ -185,8 +190,11 @@ def test_validate_rejects_unbalanced_eval_without_group(flow_grpo):
     _rejects(flow_grpo, "eval.group_by")
 
 
-def test_validate_rejects_unknown_sde_type(flow_grpo):
-    flow_grpo.sample.sde_type = "ddpm"
+def test_validate_rejects_unknown_kernels(flow_grpo):
+    flow_grpo.sample.kernel = "euler"
+    _rejects(flow_grpo, "sample.kernel")
+    flow_grpo.sample.kernel = ""
+    flow_grpo.sample.sde_type = "ddpm"  # the deprecated name took flow kernels only
     _rejects(flow_grpo, "sample.sde_type")
 
 

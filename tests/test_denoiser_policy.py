@@ -192,14 +192,17 @@ def test_adapter_kernel_choice_and_shape(tiny_denoiser):
 
     path, _ = tiny_denoiser
     policy = _policy(path)
-    assert type(policy).__name__ == "DenoiserPolicy" and policy.noise_field == "sample.eta"
-    assert policy.latent_shape() == (16, 8) and policy.kernel == "ddpm"  # flow sde_type ignored, as SD does
+    assert type(policy).__name__ == "DenoiserPolicy" and policy.noise_level == 1.0  # the kernel's default
+    assert policy.latent_shape() == (16, 8) and policy.kernel == "ddpm"  # the scheduler's kind; flow sde_type ignored
     assert _policy(path, kernel="ddim").kernel == "ddim"
-    assert build_policy(load_pipeline(path), resolution=0, sde_type="ddim").kernel == "ddim"
-    with pytest.raises(ValueError, match="sample.kernel"):
+    with pytest.raises(ValueError, match="sample.kernel='euler' is not a kernel"):
         _policy(path, kernel="euler")
-    with pytest.raises(ValueError, match="sample.kernel='ddpm': SDPolicy has no kernel choice"):
-        SDPolicy(None, resolution=32, kernel="ddpm")
+    with pytest.raises(ValueError, match="sample.kernel='cps' is not one of \\['ddim', 'ddpm'\\] for DenoiserPolicy"):
+        _policy(path, kernel="cps")
+    with pytest.raises(ValueError, match="sample.noise_level=1.5 must be \\[0, 1\\] for sample.kernel='ddpm'"):
+        _policy(path, noise_level=1.5)
+    with pytest.raises(ValueError, match="sample.kernel='flow_grpo' is not one of \\['ddim', 'ddpm'\\] for SDPolicy"):
+        SDPolicy(None, resolution=32, kernel="flow_grpo")
 
 
 def test_schedule_follows_the_scheduler(tiny_denoiser):
@@ -431,7 +434,7 @@ def test_config_kernel_field_and_canonical_model(tmp_path, monkeypatch):
     config.sample.kernel = "ddim"
     validate(config)
     config.sample.kernel = "euler"
-    with pytest.raises(ValueError, match="sample.kernel='euler'"):
+    with pytest.raises(ValueError, match="sample.kernel='euler' is not one of"):
         validate(config)
     monkeypatch.chdir(tmp_path)
     assert canonical_model("models/my_model.py:build") == f"{tmp_path}/models/my_model.py:build"

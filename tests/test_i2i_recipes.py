@@ -37,7 +37,9 @@ def test_edit_recipes_are_nft_on_the_graded_score(name, monkeypatch):
     config = edit.get_config(name)
     totals = validate(config)
     assert totals["optimizer_steps_per_epoch"] == 16 and config.train.objective == "nft"
-    assert config.sample.eta == 0.0 and config.sample.sde_window_size == 0 and not config.sample.share_group_noise
+    assert (
+        config.sample.noise_level == 0.0 and config.sample.sde_window_size == 0 and not config.sample.share_group_noise
+    )
     assert all(loss_weights(e, config) == (0.0, 1.0) for e in range(config.num_epochs)) and check(config) == []
     assert config.reward.kwargs["edit"]["score"] == "graded" and config.eval.reward_kwargs["score"] == "success"
     assert (config.prompts.source, config.eval.prompts) == ("shapes_edit_train", "shapes_edit_test")

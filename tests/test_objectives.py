@@ -135,7 +135,7 @@ def test_nft_one_pass_on_the_instructpix2pix_adapter(tmp_path):
         {"prompt": "restore the image", "source_image": (c * 0.5).tolist(), "ground_truth": c.tolist()} for c in cleans
     ]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = _tiny_config(tmp_path, str(tmp_path / "ip2p"), "nft", **{"sample.eta": 0.0})
+    config = _tiny_config(tmp_path, str(tmp_path / "ip2p"), "nft", **{"sample.noise_level": 0.0})
     config.prompts.source = str(tmp_path / "rows.jsonl")
     config.reward.fns = {"psnr": 1.0}
     trainer = Trainer(config)

@@ -179,7 +179,7 @@ def test_window_rollout_trains_only_window(tiny_dirs):
 
 
 def test_cps_last_step_is_not_trained(tiny_dirs):
-    policy = _policy(tiny_dirs, "sd3", sde_type="cps")
+    policy = _policy(tiny_dirs, "sd3", kernel="cps")
     rollout = sample_rollout(
         policy, policy.denoiser, ROWS[:2], seeds=[0, 1], num_steps=4, guidance_scale=1.0, noise_level=0.5
     )

@@ -273,8 +273,8 @@ def test_motion_kernel_flag_is_checked(models, tiny_mdm, prompts_txt, tmp_path, 
                 "--out",
                 str(tmp_path / "o"),
                 "--kernel",
-                "ddpm",
+                "cps",  # a flow kernel: SD takes ddim / ddpm
                 *FAST,
             ]
         )
-    assert exc.value.code == 2 and "--kernel 'ddpm'" in capsys.readouterr().err
+    assert exc.value.code == 2 and "--kernel 'cps'" in capsys.readouterr().err

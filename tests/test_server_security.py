@@ -22,8 +22,8 @@ import pytest
 import torch
 from PIL import Image
 
+from ddpo_grpo.images import image_path_policy
 from reward_models import load_reward
-from reward_models.similarity import ground_truth_path_policy
 
 REPO = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("serve_reward_security", REPO / "scripts" / "serve_reward.py")
@@ -186,7 +186,7 @@ def test_policy_only_applies_inside_its_block(tree, monkeypatch):
         seen.append((path, index, key))
         return str(root / "gt.png")
 
-    with ground_truth_path_policy(policy):  # the raw string goes to the policy: no root, no ~ expansion
+    with image_path_policy(policy):  # the raw string goes to the policy: no root, no ~ expansion
         assert load_reward("psnr", root="/elsewhere")(x, ["p"], [{"ground_truth": "~/x.png"}])[0][0] == 100.0
     assert seen == [("~/x.png", 0, "ground_truth")]
     assert load_reward("psnr", root=str(root))(x, ["p"], [{"ground_truth": "sub/gt.png"}])[0][0] == 100.0
@@ -195,7 +195,7 @@ def test_policy_only_applies_inside_its_block(tree, monkeypatch):
     def unreadable(path, index, key):
         return str(root / "notes.txt")
 
-    with ground_truth_path_policy(unreadable), pytest.raises(ValueError) as err:
+    with image_path_policy(unreadable), pytest.raises(ValueError) as err:
         PSNR(x, ["p"], [{"ground_truth": "x.png"}])
     assert "cannot be read as an image" in str(err.value) and str(root) not in str(err.value)
 

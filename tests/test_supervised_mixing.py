@@ -49,7 +49,7 @@ def _config(tmp_path, model, rows, **overrides):
     c.num_epochs = 3
     c.sample.num_steps, c.sample.batch_size, c.sample.num_batches_per_epoch, c.sample.group_size = 3, 4, 2, 4
     c.sample.noise_level = 1.0  # DDIM η
-    c.sample.eta = 1.0
+    c.sample.noise_level = 1.0
     c.train.batch_size = 4
     c.prompts.source = str(rows)
     c.reward.fns = {"psnr": 1.0}

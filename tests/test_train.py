@@ -332,7 +332,9 @@ def test_async_reward_scoring_gives_the_same_scores(tmp_path, tiny_dirs):
 
 
 def test_zero_noise_is_refused_with_the_field_name(tmp_path, tiny_dirs):
-    with pytest.raises(ValueError, match="sample.eta"):
+    with pytest.raises(ValueError, match="sample.noise_level=0.0: with no noise"):
+        _run(_config(tmp_path, tiny_dirs["sd"], **{"sample.noise_level": 0.0}))
+    with pytest.raises(ValueError, match="sample.noise_level=0.0: with no noise"):  # the deprecated name, one release
         _run(_config(tmp_path, tiny_dirs["sd"], **{"sample.eta": 0.0}))
 
 

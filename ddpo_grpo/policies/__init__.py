@@ -4,8 +4,8 @@
     build_policy(model, **kw)   -> Policy adapter around it
     canonical_model(model)      -> the same model with local paths made absolute (for manifests)
 
-Adding a model family = one adapter module + one line in ``ADAPTERS`` (+ one in ``PIPELINES`` when its
-pipeline class is not one of diffusers').
+Adding a model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy``
+subclass) + one line in ``ADAPTERS`` (+ one in ``PIPELINES`` when its pipeline class is not one of diffusers').
 
 A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
 ``"path/to/my_model.py"``, which calls ``build``) imports the file (``ddpo_grpo.pipelines.import_user_file``)
@@ -182,10 +182,22 @@ def policy_class(pipeline):
     return _import_target(target)
 
 
-def build_policy(pipeline, **kwargs):
-    """Wrap a loaded pipeline in its adapter.
+def policy_settings(pipeline, sample):
+    """The ``PolicySettings`` of a config's ``sample`` section for ``pipeline``'s family (its kernels)."""
+    from ddpo_grpo.policies.base import PolicySettings
 
-    kwargs: resolution, max_sequence_length, sde_type (flow), kernel (families with a kernel choice:
-    "ddpm" / "ddim" for DenoiserPipeline; "" = the family's default).
+    return PolicySettings.from_config(sample, policy_class(pipeline).kernels)
+
+
+def build_policy(pipeline, settings=None, **kwargs):
+    """Wrap a loaded pipeline in its adapter, with a ``PolicySettings`` (or its fields as keywords: resolution,
+    max_sequence_length, kernel, image_guidance_scale, num_frames, attention_backend, source_root).
+
+    ``sde_type`` is accepted for one release as the old name of a flow kernel (``kernel`` wins when both are given).
     """
-    return policy_class(pipeline)(pipeline, **kwargs)
+    legacy = kwargs.pop("sde_type", None)
+    if legacy and not kwargs.get("kernel") and (settings is None or not settings.kernel):
+        cls = policy_class(pipeline)
+        if legacy in cls.kernels:
+            kwargs["kernel"] = legacy
+    return policy_class(pipeline)(pipeline, settings, **kwargs)

@@ -3,37 +3,79 @@
 A ``Policy`` wraps one diffusers pipeline object. It uses the pipeline's own prompt encoding, VAE and
 scheduler configuration, but runs the denoiser itself, one step at a time, so that every transition
 can be recorded (rollout) and re-scored later (training). It is the only place that knows a model's
-calling convention; ``rollout.py`` and ``trainer.py`` work with any subclass.
+calling convention; ``rollout.py`` and the trainer work with any subclass.
 
-A subclass provides:
-    latent_shape()                            -> shape of one latent / sample without the batch dim
+Two kernel bases implement the schedule and the transition for a whole kind of model, so that a family
+adapter only says how to condition, call and decode its model:
+
+* ``policies.flow.FlowPolicy``: flow-matching (velocity) models, kernels "flow_grpo" | "dance" | "cps";
+* ``policies.diffusion.DiffusionPolicy``: DDPM-family (ε / v / x0) models, kernels "ddim" | "ddpm".
+
+A family adapter provides:
     encode_prompts(prompts, negative_prompt)  -> cond: dict of tensors with batch dim first;
                                                  keys "neg_<k>" hold the unconditional twin of "<k>"
     encode_rows(rows, negative_prompt)        -> cond of dataset rows (what the rollout calls; default: the
-                                                 rows' prompts through encode_prompts)
-    schedule(num_steps)                       -> Schedule (denoiser timesteps + kernel scalars per step)
-    check(schedule, noise_levels)             -> ValueError unless the kernel accepts them; called once per
-                                                 rollout, so that step() can skip per-step validation
+                                                 rows' prompts through encode_prompts; image-conditioned
+                                                 families also read e.g. ``source_image``)
     forward(model, latents, timesteps, cond)  -> raw denoiser output for one (positive or negative) branch
-    step(model_output, latents, kernel_args, noise_level, prev_sample, generator) -> sde.Step
     decode(latents)                           -> the samples rewards score (images in [0, 1]; other families
                                                  their own, e.g. denormalised motion features)
+    latent_shape()                            -> shape of one latent without the batch dim (default: image
+                                                 families' (C, h, w) at the resolution)
     preview(samples)                          -> images for grids and reports (default: the samples)
-    forward_process(x0, u, noise)             -> (timesteps, sde.Noised): the clean latent noised to level
-                                                 u ∈ (0, 1) and the pretraining target there (the
-                                                 forward-process objectives and supervised losses)
-and the class attributes below. Image families also use ``check_resolution`` / ``native_resolution`` (the VAE's
-downsampling factor); a family without pixels (``policies.denoiser``) overrides them.
+and the class attributes below; the kernel base provides ``schedule``, ``check``, ``step`` and
+``forward_process`` (see there). Everything an adapter reads from the config arrives in one frozen
+``PolicySettings``, so no code outside ``policies/`` needs to know which family reads what.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
-from ddpo_grpo.sde import Step
+from ddpo_grpo.sde import BOUNDED_NOISE, DEFAULT_NOISE_LEVELS, DIFFUSION_KERNELS, FLOW_KERNELS, KERNELS, Step
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """What an adapter reads from the config (``sample.*``), built once (``from_config``).
+
+    resolution:           image side in pixels; 0 = the pipeline's native size (families without pixels ignore it)
+    max_sequence_length:  text tokens of encoders that take a length (T5, Qwen2.5-VL)
+    kernel:               the transition kernel (``sde.KERNELS``); "" = the family's default
+    noise_level:          the kernel's stochasticity (``sample.noise_level``); None = the kernel's default
+    image_guidance_scale: image-conditioned families' image guidance s_I ≥ 1
+    num_frames:           video families' frame count (pixels); 0 = the family's default
+    attention_backend:    ``transformer.set_attention_backend`` where the family's model offers it; "" = as loaded
+    source_root:          directory that relative ``source_image`` paths of rows are read from (None = cwd)
+    """
+
+    resolution: int = 0
+    max_sequence_length: int = 77
+    kernel: str = ""
+    noise_level: float | None = None
+    image_guidance_scale: float = 1.5
+    num_frames: int = 0
+    attention_backend: str = ""
+    source_root: str | None = None
+
+    @classmethod
+    def from_config(cls, sample, kernels: tuple[str, ...] = ()) -> PolicySettings:
+        """The settings of a config's ``sample`` section for a family sampled with ``kernels`` (fields the section
+        lacks keep their defaults). The deprecated knobs keep their old meaning for one release: ``sample.sde_type``
+        names the kernel of a flow family whose ``sample.kernel`` is "", ``sample.eta`` is the noise level of a
+        DDPM-family model (it won over ``sample.noise_level`` there, and still does)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        values = {n: sample[n] for n in names if n in sample and sample[n] is not None}
+        legacy_kernel, legacy_eta = sample.get("sde_type"), sample.get("eta")
+        if legacy_kernel and not values.get("kernel") and legacy_kernel in kernels and legacy_kernel in FLOW_KERNELS:
+            values["kernel"] = legacy_kernel
+        if legacy_eta is not None and kernels and set(kernels) <= set(DIFFUSION_KERNELS):
+            values["noise_level"] = legacy_eta
+        return cls(**values)
 
 
 @dataclass
@@ -42,7 +84,7 @@ class Schedule:
 
     timesteps:   [T] the time input fed to the denoiser at step j (x_j -> x_{j+1}).
     kernel_args: name -> [T] scalars the transition kernel needs at step j
-                 (flow: sigma, sigma_next; DDIM: alpha_prod_t, alpha_prod_t_prev).
+                 (flow: sigma, sigma_next; DDIM / DDPM: alpha_prod_t, alpha_prod_t_prev).
     """
 
     timesteps: torch.Tensor
@@ -62,43 +104,65 @@ class Policy:
     lora_layers_kwarg: ClassVar[str]
     #: LoRA target modules used when `train.lora_target_modules` is empty
     default_lora_targets: ClassVar[tuple[str, ...]]
-    #: config field that sets the kernel's stochasticity, for messages and logs
-    noise_field: ClassVar[str]
-    #: values of `kernel` (`sample.kernel`) the family offers; () = no choice (SD: DDIM; SD3: `sde_type`)
+    #: values of `sample.kernel` the family's model can be sampled with (set by the kernel base)
     kernels: ClassVar[tuple[str, ...]] = ()
+    #: True for families whose rows carry a condition image (`source_image`): their rollouts read the rows
+    image_conditioned: ClassVar[bool] = False
 
-    def __init__(
-        self, pipeline, *, resolution: int, max_sequence_length: int = 77, sde_type: str = "flow_grpo", kernel: str = ""
-    ):
-        """Wrap ``pipeline``.
-
-        resolution: image side in pixels; max_sequence_length: text tokens of encoders that take it
-        (SD3's T5 slot); sde_type: the flow kernel (``sde.flow_sde_step``), ignored by DDIM families;
-        kernel: the transition kernel of families that offer a choice (``kernels``), "" = the family's default.
-        """
-        if kernel and kernel not in self.kernels:
-            if self.kernels:
-                raise ValueError(
-                    f"sample.kernel={kernel!r} is not one of {list(self.kernels)} for "
-                    f"{type(self).__name__} ('' = its default)"
-                )
-            raise ValueError(
-                f"sample.kernel={kernel!r}: {type(self).__name__} has no kernel choice; leave sample.kernel empty "
-                "(it selects the kernel of generic denoiser pipelines: 'ddpm' or 'ddim')"
-            )
+    def __init__(self, pipeline, settings: PolicySettings | None = None, **kwargs):
+        """Wrap ``pipeline`` with ``settings`` (or the ``PolicySettings`` fields given as keywords)."""
+        if settings is None:
+            settings = PolicySettings(**kwargs)
+        elif kwargs:
+            settings = dataclasses.replace(settings, **kwargs)
         self.pipeline = pipeline
-        self.sde_type = sde_type
-        self.resolution = int(resolution)
-        self.max_sequence_length = int(max_sequence_length)
+        self.settings = settings
+        self.kernel = self.resolve_kernel(settings.kernel)
+        self.noise_level = self.resolve_noise_level(settings.noise_level)
+        self.resolution = int(settings.resolution) or self.native_resolution(pipeline)
+        self.max_sequence_length = int(settings.max_sequence_length)
         self.check_resolution()
 
+    # ---- kernel -------------------------------------------------------------------------------
+    def default_kernel(self) -> str:
+        """The kernel used when ``sample.kernel`` is "" (the kernel base's first)."""
+        return self.kernels[0]
+
+    def resolve_kernel(self, kernel: str) -> str:
+        """``kernel``, or the family's default for ""; ValueError naming ``sample.kernel`` if the family cannot use it."""
+        if not kernel:
+            return self.default_kernel()
+        if kernel not in self.kernels:
+            known = f"one of {list(self.kernels)}" if kernel in KERNELS else f"a kernel (one of {list(KERNELS)})"
+            raise ValueError(
+                f"sample.kernel={kernel!r} is not {known} for {type(self).__name__}: it takes "
+                f"{list(self.kernels)} ('' = {self.default_kernel()!r})"
+            )
+        return kernel
+
+    def resolve_noise_level(self, value: float | None) -> float:
+        """``sample.noise_level`` for this policy's kernel: the kernel's default when None; ValueError when out of range."""
+        level = DEFAULT_NOISE_LEVELS[self.kernel] if value is None else float(value)
+        if not level >= 0 or (self.kernel in BOUNDED_NOISE and level > 1):
+            bound = "[0, 1]" if self.kernel in BOUNDED_NOISE else "≥ 0"
+            raise ValueError(f"sample.noise_level={value!r} must be {bound} for sample.kernel={self.kernel!r}")
+        return level
+
+    # ---- resolution -----------------------------------------------------------------------------
     def check_resolution(self) -> None:
         """ValueError unless ``self.resolution`` suits the model (image families: a multiple of the VAE's factor)."""
-        factor = self.vae_scale_factor
+        factor = self.resolution_multiple
         if self.resolution % factor:
+            low = max(factor, self.resolution // factor * factor)
             raise ValueError(
-                f"sample.resolution={self.resolution} must be a multiple of the VAE's downsampling factor {factor}"
+                f"sample.resolution={self.resolution} must be a multiple of {factor} for {type(self).__name__} "
+                f"(nearest: {low} or {low + factor})"
             )
+
+    @property
+    def resolution_multiple(self) -> int:
+        """What the resolution must be a multiple of: the VAE's downsampling factor (families with patches: × patch)."""
+        return self.vae_scale_factor
 
     @classmethod
     def native_resolution(cls, pipeline) -> int:
@@ -143,29 +207,33 @@ class Policy:
         prompts; an image-conditioned family also reads other fields (``policies.ip2p``: ``source_image``)."""
         return self.encode_prompts([r["prompt"] for r in rows], negative_prompt)
 
-    def schedule(self, num_steps: int) -> Schedule:
-        raise NotImplementedError
-
-    def check(self, schedule: Schedule, noise_levels: torch.Tensor) -> None:
-        raise NotImplementedError
-
     def forward(self, model, latents, timesteps, cond) -> torch.Tensor:
         raise NotImplementedError
 
-    def step(self, model_output, latents, kernel_args, noise_level, *, prev_sample=None, generator=None) -> Step:
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+    def preview(self, samples: torch.Tensor) -> torch.Tensor:
+        """Decoded samples as float images [N, 3, H, W] in [0, 1], for grids and reports (images: themselves)."""
+        return samples
+
+    # ---- the kernel base's pieces ---------------------------------------------------------------
+    def schedule(self, num_steps: int) -> Schedule:
+        """The T-step schedule (denoiser timesteps + kernel scalars per step)."""
+        raise NotImplementedError
+
+    def check(self, schedule: Schedule, noise_levels: torch.Tensor) -> None:
+        """ValueError unless the kernel accepts them; called once per rollout, so ``step`` skips per-step checks."""
+        raise NotImplementedError
+
+    def step(self, model_output, latents, kernel_args, noise_level, *, prev_sample=None, generator=None) -> Step:
+        """One transition of ``self.kernel`` (``sde.Step``)."""
         raise NotImplementedError
 
     def forward_process(self, x0: torch.Tensor, u: torch.Tensor, noise: torch.Tensor):
         """Noise clean latents x0 [B, ...] to levels u [B] in (0, 1) with ``noise`` [B, ...]: (denoiser timesteps
         [B], ``sde.Noised``). u is the family's noise fraction (flow: σ after the scheduler's shift; DDPM: t / T)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement forward_process")
-
-    def preview(self, samples: torch.Tensor) -> torch.Tensor:
-        """Decoded samples as float images [N, 3, H, W] in [0, 1], for grids and reports (images: themselves)."""
-        return samples
 
     # ---- shared logic ---------------------------------------------------------------------------
     def predict(

@@ -6,14 +6,9 @@ tokenizer's own max length applies). The noise schedule comes from the pipeline'
 ``num_steps`` by its ``set_timesteps``, its ``timestep_spacing``), the prediction type from its
 ``prediction_type``.
 
-Kernel (``ddpo_grpo.sde``), chosen at construction (``kernel``, the config's ``sample.kernel``):
-    "ddpm"  ``ddpm_step``: ancestral sampling, the posterior q(x_prev | x_t, x̂₀) with the scheduler's
-            variance_type (fixed_small / fixed_large); std × η (``sample.eta``): η = 1 is MDM's sampler,
-            η = 0 the deterministic posterior-mean chain (what evaluation's noise level 0 gives: NOT DDIM)
-    "ddim"  ``ddim_step``: DDIM with η (η = 0: deterministic DDIM, the usual fast evaluation sampler)
-    ""      the scheduler's kind: DDPMScheduler → "ddpm", DDIMScheduler → "ddim"; ``sde_type`` "ddpm" / "ddim"
-            also selects (for scripts that pass --sde_type); the flow kernels' names are ignored, as SD does
-The stochasticity field is ``sample.eta`` (``noise_field``), in [0, 1].
+Kernels: ``policies.diffusion`` ("ddpm" = MDM's ancestral sampler with noise level 1; "ddim", whose noise level
+0 is the usual fast deterministic evaluation sampler); "" = the scheduler's kind (DDPMScheduler → "ddpm",
+DDIMScheduler → "ddim"). The scheduler is a private copy of the pipeline's own class (its timestep rule).
 
 Classifier-free guidance mixes the model outputs, ``uncond + s·(cond − uncond)`` (MDM's
 ClassifierFreeSampleModel), with the pipeline's unconditional branch (``uncond``: zero text embeddings as
@@ -25,26 +20,25 @@ from __future__ import annotations
 import torch
 from diffusers import DDIMScheduler
 
-from ddpo_grpo.policies.base import Policy, Schedule
-from ddpo_grpo.sde import Step, check_ddim_args, check_ddpm_args, ddim_step, ddpm_forward, ddpm_step
-
-KERNELS = ("ddpm", "ddim")
+from ddpo_grpo.policies.diffusion import DiffusionPolicy
 
 
-class DenoiserPolicy(Policy):
+class DenoiserPolicy(DiffusionPolicy):
     denoiser_attr = "denoiser"
     lora_layers_kwarg = "denoiser_lora_layers"
-    noise_field = "sample.eta"
-    kernels = KERNELS
 
-    def __init__(self, pipeline, *, resolution: int = 0, kernel: str = "", sde_type: str = "", **kwargs):
-        super().__init__(pipeline, resolution=resolution, kernel=kernel, sde_type=sde_type, **kwargs)
-        natural = "ddim" if isinstance(pipeline.scheduler, DDIMScheduler) else "ddpm"
-        self.kernel = kernel or (sde_type if sde_type in KERNELS else natural)
-        # a private copy: set_timesteps mutates the scheduler, and the pipeline's own stays untouched
-        self.scheduler = type(pipeline.scheduler).from_config(pipeline.scheduler.config)
+    def __init__(self, pipeline, settings=None, **kwargs):
+        super().__init__(pipeline, settings, **kwargs)
         self.prediction_type = pipeline.prediction_type
         self.variance = pipeline.variance
+
+    def default_kernel(self) -> str:
+        """The scheduler's kind: "ddim" for a DDIMScheduler, else "ddpm"."""
+        return "ddim" if isinstance(self.pipeline.scheduler, DDIMScheduler) else "ddpm"
+
+    def make_scheduler(self):
+        """A private copy of the pipeline's scheduler: set_timesteps mutates it, the pipeline's own stays untouched."""
+        return type(self.pipeline.scheduler).from_config(self.pipeline.scheduler.config)
 
     def check_resolution(self) -> None:
         """No pixels: sample.resolution is ignored (the sample shape is the pipeline's sample_shape)."""
@@ -93,33 +87,6 @@ class DenoiserPolicy(Policy):
     def encode_prompts(self, prompts, negative_prompt=""):
         return self.pipeline.encode_prompt(list(prompts), negative_prompt, self.device)  # [B, D] / [B, L, D] each
 
-    def schedule(self, num_steps):
-        """The scheduler's timesteps and ᾱ pairs, the previous ᾱ as the scheduler's own step finds it.
-
-        DDPMScheduler: the next timestep of the list, ᾱ = 1 after the last (its ``previous_timestep``);
-        DDIMScheduler: t − N_train // T, ``final_alpha_cumprod`` below 0 (as ``SDPolicy``).
-        """
-        sched = self.scheduler
-        sched.set_timesteps(num_steps)
-        timesteps = sched.timesteps.clone().long()  # [T], descending
-        alphas = sched.alphas_cumprod.to(torch.float64)  # [N_train]
-        if isinstance(sched, DDIMScheduler):
-            prev = timesteps - sched.config.num_train_timesteps // num_steps  # [T]
-            final = torch.as_tensor(sched.final_alpha_cumprod, dtype=torch.float64)
-        else:
-            prev = torch.cat([timesteps[1:], timesteps.new_full((1,), -1)])  # [T]
-            final = torch.ones((), dtype=torch.float64)
-        alpha_prev = torch.where(prev >= 0, alphas[prev.clamp(min=0)], final)  # [T]
-        return Schedule(
-            timesteps=timesteps,
-            kernel_args={"alpha_prod_t": alphas[timesteps].float(), "alpha_prod_t_prev": alpha_prev.float()},
-        )
-
-    def check(self, schedule, noise_levels):
-        k = schedule.kernel_args
-        check = check_ddpm_args if self.kernel == "ddpm" else check_ddim_args
-        check(k["alpha_prod_t"], k["alpha_prod_t_prev"], noise_levels.to(k["alpha_prod_t"].device))
-
     def forward(self, model, latents, timesteps, cond):
         return self.pipeline.call_denoiser(model, latents, timesteps, cond)
 
@@ -128,21 +95,6 @@ class DenoiserPolicy(Policy):
         if not cond:
             return self.forward(model, latents, timesteps, {})
         return super().predict(model, latents, timesteps, cond, guidance_scale, detach_uncond)
-
-    def step(self, model_output, latents, kernel_args, noise_level, *, prev_sample=None, generator=None) -> Step:
-        a_t, a_prev = kernel_args["alpha_prod_t"], kernel_args["alpha_prod_t_prev"]
-        common = dict(
-            prev_sample=prev_sample, generator=generator, prediction_type=self.prediction_type, validate=False
-        )
-        if self.kernel == "ddpm":
-            return ddpm_step(model_output, latents, a_t, a_prev, eta=noise_level, variance=self.variance, **common)
-        return ddim_step(model_output, latents, a_t, a_prev, eta=noise_level, **common)
-
-    def forward_process(self, x0, u, noise) -> tuple:
-        """Training timestep t = round(u·(N − 1)) of the scheduler's N, ᾱ_t, DDPM noising and target."""
-        alphas = self.scheduler.alphas_cumprod.to(x0.device)  # [N]
-        t = torch.round(u.to(torch.float32) * (len(alphas) - 1)).long().clamp(0, len(alphas) - 1)  # [B]
-        return t, ddpm_forward(x0, alphas[t], noise, self.prediction_type)
 
     def decode(self, latents):
         return self.pipeline.decode(latents)  # [B, ...] the normalizer's decode, float32

@@ -1,8 +1,8 @@
 """Adapter for ``StableDiffusionInstructPix2PixPipeline``: a UNet conditioned on a source image and an instruction.
 
 InstructPix2Pix (Brooks et al. 2023) is SD's UNet with the source image's VAE latent concatenated to the
-noisy latent on channels (in_channels = 2 × latent channels). Everything else is ``SDPolicy``'s: the DDIM
-kernel on the checkpoint's noise schedule (``sde.ddim_step``), DDPM noising for ``forward_process``, decoding.
+noisy latent on channels (in_channels = 2 × latent channels). Everything else is ``SDPolicy``'s: the DDIM / DDPM
+kernels on the checkpoint's noise schedule (``policies.diffusion``), DDPM noising for ``forward_process``, decoding.
 
 Conditioning (``encode_rows``, once per sample; the rollout stores it with the sample):
     embeds / neg_embeds   [B, L, D]  the instruction and the negative prompt, as the pipeline encodes them
@@ -11,7 +11,7 @@ Conditioning (``encode_rows``, once per sample; the rollout stores it with the s
     image_guidance_scale  [B]  s_I the sample was drawn with (re-scoring uses the stored value)
 The source image is each row's ``source_image`` field: a path (relative to ``source_root``, default the working
 directory), a (3, H, W) array / tensor / nested list (uint8 levels or floats in [0, 1]) or a PIL image, read by
-``reward_models.similarity.load_image`` as the ``psnr`` / ``ssim`` rewards read ``ground_truth``; resized (bicubic,
+``ddpo_grpo.images.load_image`` as the ``psnr`` / ``ssim`` rewards read ``ground_truth``; resized (bicubic,
 antialiased) to the policy's resolution when its size differs.
 
 Guidance, as the pipeline computes it (three branches in one batch of 3B, in its order: full condition
@@ -60,20 +60,12 @@ def check_image_guidance(value: float) -> float:
 
 
 class IP2PPolicy(SDPolicy):
-    #: the rollout hands this family its rows (`encode_rows`), not only their prompts
     image_conditioned = True
 
-    def __init__(
-        self,
-        pipeline,
-        *,
-        image_guidance_scale: float = DEFAULT_IMAGE_GUIDANCE,
-        source_root: str | None = None,
-        **kwargs,
-    ):
-        super().__init__(pipeline, **kwargs)
-        self.image_guidance_scale = check_image_guidance(image_guidance_scale)
-        self.source_root = source_root
+    def __init__(self, pipeline, settings=None, **kwargs):
+        super().__init__(pipeline, settings, **kwargs)
+        self.image_guidance_scale = check_image_guidance(self.settings.image_guidance_scale)
+        self.source_root = self.settings.source_root
         latent, given = pipeline.vae.config.latent_channels, self.denoiser.config.in_channels
         if given != 2 * latent:
             raise ValueError(
@@ -97,7 +89,7 @@ class IP2PPolicy(SDPolicy):
 
     def source_images(self, rows: list[dict]) -> torch.Tensor:
         """The rows' ``source_image`` fields as float [B, 3, H, W] in [0, 1] at the policy's resolution."""
-        from reward_models.similarity import load_image
+        from ddpo_grpo.images import load_image
 
         images = []
         for i, row in enumerate(rows):
@@ -181,7 +173,7 @@ class IP2PPolicy(SDPolicy):
         With ``forward_process``: ``t, noised = policy.forward_process(b.x0, u, noise)``, then
         ``pred = policy.predict(model, noised.x_t, t, b.cond, 1.0)`` regresses ``noised.target``.
         """
-        from reward_models.similarity import load_image
+        from ddpo_grpo.images import load_image
 
         kept = [i for i, r in enumerate(rows) if r.get(key) is not None]
         index = torch.as_tensor(kept, dtype=torch.long)
@@ -200,15 +192,3 @@ class IP2PPolicy(SDPolicy):
             cond = self.encode_rows([rows[i] for i in kept], negative_prompt)
         x0 = self.target_latents(torch.stack(truths), generator)
         return SupervisedBatch(cond, x0, index, len(rows) - len(kept))
-
-    def predicted_x0(self, model_output: torch.Tensor, latents: torch.Tensor, timesteps: torch.Tensor):
-        """x̂0 [B, C, h, w] of a denoiser output at (x_t, t) (ε / v / x0 prediction); differentiable.
-
-        For a consistency term decode it: ``policy.decode(policy.predicted_x0(out, x_t, t))`` -> images [B, 3, H, W].
-        """
-        from ddpo_grpo.sde import _DDIM_PREDICTIONS  # the kernel's own parametrisations
-
-        alphas = self.scheduler.alphas_cumprod.to(latents.device)
-        a_t = alphas[timesteps.long()].to(torch.float32).view(-1, *[1] * (latents.ndim - 1))
-        x0, _ = _DDIM_PREDICTIONS[self.prediction_type](latents.float(), model_output.float(), a_t)
-        return x0
