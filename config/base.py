@@ -180,7 +180,7 @@ def get_config():
     train.sup_floor = 0.0
     train.sup_key = "ground_truth"  # the row field holding the supervised target image (rows without it: skipped)
     # data consistency ‖D(x̂) − y‖² of the predicted clean image with the row's source image y, D the degradation:
-    # "row" = each row's `degradation` field, or one spec for all (e.g. "blur:1.5"; ddpo_grpo/degradations.py)
+    # "row" = each row's `degradation` field, or one spec for all (e.g. "blur:1.5"; ddpo_grpo/consistency.py)
     train.consistency_weight = 0.0
     train.degradation = ""
 

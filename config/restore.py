@@ -19,7 +19,7 @@ Reward: ``psnr_ssim`` = 0.5·min(PSNR, 40 dB)/40 dB + 0.5·SSIM against the grou
 Supervised mixing (fields the trainer reads once it mixes a supervised loss in; see ddpo_grpo/schedules.py):
 "staged" — 2 epochs of the supervised loss alone (regressing the ground truth through ``policy.forward_process``),
 a 4-epoch hand-over, then pure GRPO (λ_sup floor 0). The data-consistency term ‖D(x̂) − y‖² with each row's own
-degradation D (``train.degradation = "row"``, ddpo_grpo/degradations.py) is off (``train.consistency_weight``
+degradation D (``train.degradation = "row"``, ddpo_grpo/consistency.py) is off (``train.consistency_weight``
 0; one flag turns it on). Measured: keeping λ_sup ≥ 0.1 and the consistency term at 0.1 after the hand-over
 cost 0.1–0.9 dB (27.36 / 27.40 dB against 28.22 / 27.50 dB, seeds 0 / 1) and fell below pure GRPO.
 

@@ -58,6 +58,7 @@ __all__ = [
     "PerPromptStatTracker",
     "compute_advantages",
     "group_keys",
+    "group_means",
 ]
 
 #: Relative tolerance below which a set of rewards counts as having zero spread.
@@ -221,6 +222,17 @@ ADVANTAGE_MODES: dict[str, Callable] = {
 
 #: Modes whose groups are this batch's samples alone (no per-prompt history across batches).
 BATCH_MODES = ("zscore", "mean", "global_std")
+
+
+def group_means(values: np.ndarray, rows: Sequence[dict], group_size: int, field: str) -> dict[str, float]:
+    """``reward/<field>/<label>``: the NaN-aware mean of ``values`` [N] (group g's samples at g·size … (g+1)·size − 1)
+    per value of the rows' ``field`` (e.g. the training reward per ShapesWorld task); rows without one are left out."""
+    labels = [rows[i // group_size].get(field) for i in range(len(values))]
+    out = {}
+    for label in dict.fromkeys(x for x in labels if x is not None):
+        mine = np.asarray([x == label for x in labels])
+        out[f"reward/{field}/{label}"] = float(np.nanmean(values[mine]))
+    return out
 
 
 def group_keys(group_prompts: Sequence[str], group_size: int, mode: str, shared_noise: bool) -> list[str]:
@@ -414,37 +426,43 @@ def _masked_update(tracker: PerPromptStatTracker, prompts: Sequence[str], reward
 class RewardAdvantages:
     """Advantages from several weighted rewards, aggregated at one of two levels.
 
-    - ``"reward"`` (default): r = Σ_i w_i·r_i first (NaN terms skipped, see
-      ``reward_models.MultiReward.combine``), then one stat tracker: A = norm(r).
-    - ``"advantage"`` (MixGRPO / DanceGRPO style): each reward is normalised within its
-      group by its own tracker, then weighted: A = Σ_i w_i·norm_i(r_i). Rewards on very
-      different scales then contribute in proportion to their weights, not their spreads.
+    - ``"reward"`` (default): the weighted sum r = Σ_i w_i·r_i (``reward_models.MultiReward.combine``, NaN terms
+      skipped) through one stat tracker: A = norm(r).
+    - ``"advantage"`` (MixGRPO / DanceGRPO style): each reward is normalised within its group by its own
+      tracker, then weighted: A = Σ_i w_i·norm_i(r_i). Rewards on very different scales then contribute in
+      proportion to their weights, not their spreads.
 
-    Samples whose reward is NaN get advantage 0 from that reward (all NaN → 0 overall).
-    State (per-prompt buffers, running moments) round-trips through state_dict().
+    The weights belong to the reward set (``MultiReward.weights``) and are applied once: by ``combine`` in
+    "reward" mode, here (the ``weights`` argument) in "advantage" mode. Samples whose reward is NaN get
+    advantage 0 from that reward (all NaN → 0 overall). State (per-prompt buffers, running moments)
+    round-trips through state_dict().
     """
 
-    def __init__(self, weights: dict[str, float], aggregation: str = "reward", **tracker_kwargs):
+    def __init__(self, names: Sequence[str], aggregation: str = "reward", **tracker_kwargs):
         if aggregation not in ("reward", "advantage"):
             raise ValueError(f"reward.aggregation={aggregation!r} must be 'reward' or 'advantage'")
-        self.weights = dict(weights)
         self.aggregation = aggregation
-        names = ["__combined__"] if aggregation == "reward" else list(self.weights)
-        self.trackers = {name: PerPromptStatTracker(**tracker_kwargs) for name in names}
+        keys = ["__combined__"] if aggregation == "reward" else list(names)
+        self.trackers = {name: PerPromptStatTracker(**tracker_kwargs) for name in keys}
 
     def __call__(
-        self, prompts: Sequence[str], per_reward: dict[str, np.ndarray], combined: np.ndarray
+        self,
+        keys: Sequence[str],
+        per_reward: dict[str, np.ndarray],
+        combined: np.ndarray,
+        weights: dict[str, float],
     ) -> tuple[np.ndarray, dict]:
-        """prompts [N], per_reward name -> [N], combined [N] (the weighted sum) -> (advantages [N], stats)."""
+        """keys [N] (the samples' groups), per_reward name -> [N], combined [N] (the weighted sum), the reward
+        weights -> (advantages [N], stats)."""
         if self.aggregation == "reward":
-            return _masked_update(self.trackers["__combined__"], prompts, np.asarray(combined, dtype=np.float64))
-        total = np.zeros(len(prompts), dtype=np.float64)  # [N]
+            return _masked_update(self.trackers["__combined__"], keys, np.asarray(combined, dtype=np.float64))
+        total = np.zeros(len(keys), dtype=np.float64)  # [N]
         stats: dict = {}
-        for name, weight in self.weights.items():
-            adv, sub = _masked_update(self.trackers[name], prompts, np.asarray(per_reward[name], dtype=np.float64))
-            total += weight * adv
+        for name, tracker in self.trackers.items():
+            adv, sub = _masked_update(tracker, keys, np.asarray(per_reward[name], dtype=np.float64))
+            total += weights[name] * adv
             stats.update({f"adv/{name}/{k.split('/', 1)[1]}": v for k, v in sub.items()})
-        stats["adv/frac_zero_std"] = float(np.nanmean([stats[f"adv/{n}/frac_zero_std"] for n in self.weights]))
+        stats["adv/frac_zero_std"] = float(np.nanmean([stats[f"adv/{n}/frac_zero_std"] for n in self.trackers]))
         stats["adv/mean"], stats["adv/std"] = float(total.mean()), float(total.std())
         return total.astype(np.float32), stats
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
-from ddpo_grpo import degradations, schedules
+from ddpo_grpo import consistency, schedules
 from ddpo_grpo.advantages import ADVANTAGE_MODES
 from ddpo_grpo.errors import ConfigError
 from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
@@ -101,7 +102,7 @@ def validate(config, num_processes: int = 1) -> dict:
     _positive(p, "train.consistency_weight", t.consistency_weight, integer=False, allow_zero=True)
     if t.degradation not in ("", "row"):
         try:
-            degradations.parse(t.degradation, "train.degradation")
+            consistency.parse(t.degradation, "train.degradation")
         except ValueError as exc:
             p.append(str(exc))
     if t.consistency_weight > 0 and not t.degradation:
@@ -231,24 +232,22 @@ def check_inputs(config) -> None:
     from ddpo_grpo import checkpoint as ckpt
     from ddpo_grpo.cli import check_model_source
     from ddpo_grpo.prompts import load_prompts
-    from reward_models.registry import check_reward_spec
+    from ddpo_grpo.run_dir import holds_result, starts_again
+    from reward_models import check_reward_spec
 
     p: list[str] = []
     problem = check_model_source(config.pretrained.model) if config.pretrained.model else None
     if problem:
         p.append(f"pretrained.model: {problem}")
-    if config.resume_from:
+    if config.resume_from and not starts_again(config):
         try:
             ckpt.find_checkpoint(config.resume_from)
         except (FileNotFoundError, ValueError) as exc:
-            p.append(
-                f"resume_from={config.resume_from!r}: {exc}. A run writes its first checkpoint after save_freq "
-                f"epochs; with none there is nothing to resume: start it again under another run_name"
-            )
-    elif config.run_name:
-        run = os.path.join(config.logdir, config.run_name)
-        held = [x for x in ("metrics.jsonl", ckpt.CHECKPOINTS_DIRNAME, "final") if os.path.exists(os.path.join(run, x))]
-        if held:
+            p.append(f"resume_from={config.resume_from!r}: {exc}")
+    elif config.run_name and not config.resume_from:
+        run = Path(config.logdir) / config.run_name
+        if holds_result(run):
+            held = [x for x in (ckpt.CHECKPOINTS_DIRNAME, "final") if (run / x).exists()]
             p.append(
                 f"run_name={config.run_name!r}: {run} already holds a run ({', '.join(held)}); continue it with "
                 f"--config.resume_from={run}, or choose another run_name (nothing was overwritten)"

@@ -123,12 +123,12 @@ class Scored:
 def score_batch(samples: Any, rows: Sequence[dict], reward: Callable, group_by: str = "") -> Scored:
     """One batch through ``reward``: per-sample metrics (its numeric per-sample info entries, else its score
     as "score"), group labels (info[group_by], else each row's field) and applicability (finite score)."""
-    from reward_models.contract import coerce_scores, per_sample_entries
+    from ddpo_grpo.prompts import split_rows
+    from reward_models import coerce_scores, per_sample_entries
 
     if len(samples) != len(rows):
         raise ValueError(f"evaluation: {len(samples)} samples for {len(rows)} rows; pass one row per sample")
-    prompts = [r["prompt"] for r in rows]
-    metadata = [{k: v for k, v in r.items() if k != "prompt"} for r in rows]
+    prompts, metadata = split_rows(rows)
     scores, info = reward(samples, prompts, metadata)
     scores = coerce_scores("eval.reward", scores, len(rows))
     entries = per_sample_entries(info or {}, len(rows))

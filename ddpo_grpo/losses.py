@@ -1,33 +1,32 @@
 """Pure tensor loss functions, organised as small registries.
 
-* :data:`POLICY_LOSSES`  -- policy-gradient surrogates on stored transitions (PPO clipped objective).
+* :func:`clipped_surrogate` -- the policy-gradient surrogate on stored transitions (PPO's clipped objective).
 * :data:`FORWARD_OBJECTIVES` -- objectives on the forward (noising) process of the rollout's final
   samples: advantage-weighted matching, DiffusionNFT, reward-weighted regression.
 * :data:`KL_ESTIMATORS`  -- per-sample estimators of ``KL(pi_theta || pi_ref)``.
-* :data:`AGGREGATIONS`   -- reductions of a per-transition loss matrix to a scalar,
-  with :data:`AGGREGATION_WEIGHTS` giving the equivalent per-step weight.
+* :data:`AGGREGATIONS`   -- reductions of a per-transition loss matrix to a scalar, each with the
+  equivalent per-step weight (:class:`Aggregation`).
 
 Convention: log-probabilities in this library are *averaged* over the d latent dimensions of one
 denoising transition (not summed), so the KL estimates here are per-dimension KLs and ratios are
 ``exp`` of per-dimension log-ratios. The trust region is stated *per sample* (the summed log-ratio
 ``d·δ``, whose meaning does not depend on the resolution): ``clip_range`` ε bounds the per-sample
 ratio to ``[1 − ε, 1 + ε]`` to first order, implemented as the per-dimension bound ``1 ± ε/d``, and
-``approx_kl`` is reported per sample, ``½ (d·δ)²``. Lookup helpers :func:`policy_loss`,
-:func:`forward_objective`, :func:`kl_estimator`, :func:`aggregation` raise ``ValueError`` listing the
-valid keys.
+``approx_kl`` is reported per sample, ``½ (d·δ)²``. Lookup helpers :func:`forward_objective`,
+:func:`kl_estimator`, :func:`aggregation` raise ``ValueError`` listing the valid keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import torch
 
 __all__ = [
     "AGGREGATIONS",
-    "AGGREGATION_WEIGHTS",
+    "Aggregation",
     "KL_ESTIMATORS",
-    "POLICY_LOSSES",
     "aggregate_mean",
     "aggregate_sum_norm",
     "aggregation",
@@ -44,7 +43,6 @@ __all__ = [
     "k2",
     "k3",
     "kl_estimator",
-    "policy_loss",
 ]
 
 #: Bounds used by the k3 estimator: log-ratio clamp and result ceiling.
@@ -119,12 +117,6 @@ def clipped_surrogate(
         "approx_kl": 0.5 * (dims * log_ratio.detach()) ** 2,  # [B]
     }
     return loss, info
-
-
-#: Policy losses: name -> fn(log_prob, old_log_prob, advantages, clip_range, dims) -> (loss [B], info).
-POLICY_LOSSES: dict[str, Callable] = {
-    "clipped": clipped_surrogate,
-}
 
 
 # =========================================================================== #
@@ -360,13 +352,6 @@ def aggregate_sum_norm(loss: torch.Tensor, mask: torch.Tensor | None = None, *, 
     return masked.sum() / (loss.shape[0] * float(constant))
 
 
-#: Aggregations: name -> fn(loss [B, K], mask [B, K] | None, *, constant) -> scalar.
-AGGREGATIONS: dict[str, Callable] = {
-    "mean": aggregate_mean,
-    "sum_norm": aggregate_sum_norm,
-}
-
-
 def _weight_mean(*, num_samples: int, num_transitions: int, constant=None, num_valid=None) -> float:
     """``w = 1 / (B K)``, or ``1 / num_valid`` when a mask leaves ``num_valid`` transitions."""
     n = num_samples * num_transitions if num_valid is None else num_valid
@@ -382,10 +367,21 @@ def _weight_sum_norm(*, num_samples: int, num_transitions: int, constant=None, n
     return 1.0 / (num_samples * float(constant))
 
 
-#: Per-step weights: name -> fn(*, num_samples, num_transitions, constant, num_valid) -> float.
-AGGREGATION_WEIGHTS: dict[str, Callable] = {
-    "mean": _weight_mean,
-    "sum_norm": _weight_sum_norm,
+class Aggregation(NamedTuple):
+    """A reduction of the loss matrix and its equivalent per-step weight.
+
+    reduce: fn(loss [B, K], mask [B, K] | None, *, constant) -> scalar
+    weight: fn(*, num_samples, num_transitions, constant, num_valid) -> w (see :func:`aggregation_weight`)
+    """
+
+    reduce: Callable
+    weight: Callable
+
+
+#: Aggregations (``train.loss_aggregation``): name -> its reduction and per-step weight.
+AGGREGATIONS: dict[str, Aggregation] = {
+    "mean": Aggregation(aggregate_mean, _weight_mean),
+    "sum_norm": Aggregation(aggregate_sum_norm, _weight_sum_norm),
 }
 
 
@@ -397,7 +393,7 @@ def aggregation_weight(
     constant: float | None = None,
     num_valid: int | None = None,
 ) -> float:
-    """Weight ``w`` such that ``sum_k w * sum_b m[b,k] L[b,k] == AGGREGATIONS[name](L, m)``.
+    """Weight ``w`` such that ``sum_k w * sum_b m[b,k] L[b,k] == aggregation(name)(L, m)``.
 
     By linearity (see the module notes) the trainer can call
     ``(w * loss_k.sum()).backward()`` for each step ``k`` separately and obtain
@@ -412,7 +408,7 @@ def aggregation_weight(
         constant: ``C`` for ``"sum_norm"``.
         num_valid: number of valid transitions under the mask (``"mean"`` only).
     """
-    fn = _lookup(AGGREGATION_WEIGHTS, "aggregation", name)
+    fn = _lookup(AGGREGATIONS, "aggregation", name).weight
     if num_samples < 1 or num_transitions < 1:
         raise ValueError(f"num_samples={num_samples!r} and num_transitions={num_transitions!r} must both be >= 1")
     return fn(num_samples=num_samples, num_transitions=num_transitions, constant=constant, num_valid=num_valid)
@@ -421,17 +417,12 @@ def aggregation_weight(
 # =========================================================================== #
 # Lookup helpers                                                              #
 # =========================================================================== #
-def _lookup(registry: Mapping[str, Callable], kind: str, key: str) -> Callable:
+def _lookup(registry: Mapping, kind: str, key: str):
     """Return ``registry[key]`` or raise ValueError listing the valid keys."""
     try:
         return registry[key]
     except (KeyError, TypeError):
         raise ValueError(f"unknown {kind} {key!r}; valid choices are {sorted(registry)}") from None
-
-
-def policy_loss(name: str) -> Callable:
-    """Look up :data:`POLICY_LOSSES` by name."""
-    return _lookup(POLICY_LOSSES, "policy loss", name)
 
 
 def forward_objective(name: str) -> Callable:
@@ -445,5 +436,5 @@ def kl_estimator(name: str) -> Callable:
 
 
 def aggregation(name: str) -> Callable:
-    """Look up :data:`AGGREGATIONS` by name."""
-    return _lookup(AGGREGATIONS, "aggregation", name)
+    """The reduction of :data:`AGGREGATIONS` ``name``."""
+    return _lookup(AGGREGATIONS, "aggregation", name).reduce

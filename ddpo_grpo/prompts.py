@@ -235,3 +235,8 @@ class PromptSampler:
         if len(self.strata) > 1:
             idx = [idx[j] for j in rng.permutation(len(idx))]
         return [dict(self.rows[i]) for i in idx]
+
+
+def split_rows(rows: Sequence[dict]) -> tuple[list[str], list[dict]]:
+    """Dataset rows as the reward contract takes them: (prompts, metadata = every other field of each row)."""
+    return [r["prompt"] for r in rows], [{k: v for k, v in r.items() if k != "prompt"} for r in rows]

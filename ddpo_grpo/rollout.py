@@ -31,6 +31,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from ddpo_grpo.prompts import split_rows
+
 
 @dataclass
 class Rollout:
@@ -82,6 +84,14 @@ class Rollout:
             else:
                 joined[f.name] = [item for v in values for item in v]
         return Rollout(**joined)
+
+    def shuffle_steps(self, gen: torch.Generator) -> Rollout:
+        """Permute each sample's trained steps independently (the validity mask moves with them), in place."""
+        b, k = self.train_steps.shape
+        order = torch.argsort(torch.rand(b, k, generator=gen), dim=1).to(self.train_steps.device)
+        self.train_steps = torch.gather(self.train_steps, 1, order)
+        self.train_mask = torch.gather(self.train_mask, 1, order)
+        return self
 
     def _pad_train_steps(self, k: int) -> Rollout:
         pad = k - self.train_steps.shape[1]
@@ -176,16 +186,12 @@ def sample_rollout(
     plan = plan or StepPlan()
     rng = rng or np.random.default_rng(0)
     autocast = autocast or contextlib.nullcontext
-    prompts = [r["prompt"] for r in rows]
-    metadata = [{k: v for k, v in r.items() if k != "prompt"} for r in rows]
+    prompts, metadata = split_rows(rows)
     device = policy.device
     b = len(rows)
 
-    with autocast():
-        # Policy.encode_rows (image-conditioned families read more of the row than its prompt); a duck-typed
-        # policy without it is conditioned on the prompts alone
-        encode_rows = getattr(policy, "encode_rows", None)
-        cond = encode_rows(rows, negative_prompt) if encode_rows else policy.encode_prompts(prompts, negative_prompt)
+    with autocast():  # image-conditioned families read more of a row than its prompt
+        cond = policy.encode_rows(rows, negative_prompt)
     schedule = policy.schedule(num_steps)
     levels = plan.noise_levels(num_steps, noise_level, rng).to(device)  # [T]
     policy.check(schedule, levels)  # once per rollout; the per-step kernel calls skip validation

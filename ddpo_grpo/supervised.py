@@ -10,7 +10,7 @@ Loss of one minibatch of rows (the rollout's samples' rows, or the epoch's rows 
    Rows without a ground truth are skipped for this term and counted (``train/sup_skipped``).
 2. L_cons (optional, ``train.consistency_weight`` > 0), data consistency: the prediction's clean image
    x̂ = decode(x̂0(f_θ, x_u, u)) degraded by the row's degradation D (``train.degradation``: "row" = each row's
-   ``degradation`` field, or one spec for all; ``ddpo_grpo.degradations``) should reproduce the observed input
+   ``degradation`` field, or one spec for all; ``ddpo_grpo.consistency``) should reproduce the observed input
    y, the row's source image: mean (D(x̂) − y)².
 3. (λ_sup, λ_pg) per epoch come from ``ddpo_grpo.schedules.loss_weights`` (constant, linear decay, or the
    staged recipe: supervised only → hand-over → GRPO with a floor on λ_sup); λ_pg scales the objective of
@@ -23,18 +23,43 @@ provide it) and, for the consistency term, ``policy.predicted_x0`` and ``policy.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 
 from ddpo_grpo.seeding import derive_seed
-from ddpo_grpo.updates import U_EPS, Stats, UpdateContext
+from ddpo_grpo.updates import U_EPS, MinibatchResult, UpdateContext
+
+
+@dataclass(frozen=True)
+class SupervisedSettings:
+    """The term's config fields (``train.sup_key``, ``consistency_weight``, ``degradation``, …), built once."""
+
+    key: str = "ground_truth"
+    consistency_weight: float = 0.0
+    degradation: str = ""
+    negative_prompt: str = ""
+    gradient_accumulation_steps: int = 1
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, config) -> SupervisedSettings:
+        t = config.train
+        return cls(
+            key=t.sup_key,
+            consistency_weight=t.consistency_weight,
+            degradation=t.degradation,
+            negative_prompt=config.sample.negative_prompt,
+            gradient_accumulation_steps=t.gradient_accumulation_steps,
+            seed=config.seed,
+        )
 
 
 class SupervisedTerm:
     """Back-propagates λ_sup · L_sup (+ λ_cons · L_cons) of a minibatch of rows (see the module docstring)."""
 
-    def __init__(self, ctx: UpdateContext):
-        self.ctx = ctx
+    def __init__(self, ctx: UpdateContext, settings: SupervisedSettings):
+        self.ctx, self.settings = ctx, settings
         if not hasattr(ctx.policy, "supervised_batch"):
             from ddpo_grpo.errors import ConfigError
 
@@ -42,24 +67,24 @@ class SupervisedTerm:
                 f"train.sup_weight > 0 needs a model family with a supervised term (image-conditioned pipelines); "
                 f"{type(ctx.policy).__name__} has none: set train.sup_weight = 0"
             )
-        self.skipped = 0
-        self.calls = 0
 
-    def backward(self, rows: list[dict], *, lam_sup: float, epoch: int, sync: bool, stats: Stats) -> None:
+    def backward(self, rows: list[dict], *, lam_sup: float, epoch: int, key: tuple, sync: bool) -> MinibatchResult:
         """Add the term's gradient for ``rows``, scaled for the minibatch (mean over its supervised rows) and the
-        gradient accumulation; ``sync`` lets this backward synchronise the processes (when it is the last one)."""
-        ctx, t, s = self.ctx, self.ctx.config.train, self.ctx.config.sample
-        gen = torch.Generator().manual_seed(derive_seed(ctx.config.seed, epoch, ctx.rank, 6, self.calls))
-        self.calls += 1
-        batch = ctx.policy.supervised_batch(rows, key=t.sup_key, negative_prompt=s.negative_prompt, generator=gen)
-        self.skipped += batch.skipped
+        gradient accumulation; ``sync`` lets this backward synchronise the processes (when it is the last one).
+        The noise levels and noises are drawn from (seed, epoch, process, 6, *key), ``key`` naming the minibatch
+        within the epoch (inner epoch, index), so a resumed run draws what the uninterrupted one did."""
+        ctx, st = self.ctx, self.settings
+        gen = torch.Generator().manual_seed(derive_seed(st.seed, epoch, ctx.rank, 6, *key))
+        batch = ctx.policy.supervised_batch(rows, key=st.key, negative_prompt=st.negative_prompt, generator=gen)
+        result = MinibatchResult()
+        result.counts["sup_skipped"] = batch.skipped
         n = len(batch.index)
         device = ctx.policy.device
         with contextlib.nullcontext() if sync else ctx.acc.no_sync(ctx.model):
             if not n:  # nothing to learn here, but every process must take part in a synchronised backward
                 if sync:
                     ctx.acc.backward(sum(p.sum() for p in ctx.params.values()) * 0.0)
-                return
+                return result
             u = torch.rand(n, generator=gen).clamp(U_EPS, 1 - U_EPS).to(device)  # [n]
             noise = torch.randn(batch.x0.shape, generator=gen).to(device)  # [n, C, h, w]
             timesteps, noised = ctx.policy.forward_process(batch.x0, u, noise)
@@ -68,28 +93,40 @@ class SupervisedTerm:
                 pred = ctx.policy.predict(ctx.model, x_t, timesteps, batch.cond, 1.0)
             sup = (pred.float() - noised.target).square().reshape(n, -1).mean(dim=1)  # [n]
             loss = lam_sup * sup.mean()
-            stats.add("sup_loss", sup, torch.ones(n, device=sup.device))
-            if t.consistency_weight > 0:
+            result.add("sup_loss", sup, torch.ones(n, device=sup.device))
+            if st.consistency_weight > 0:
                 cons = self._consistency(rows, batch.index, pred, x_t, timesteps)
                 if cons is not None:
-                    loss = loss + t.consistency_weight * cons.mean()
-                    stats.add("consistency_loss", cons, torch.ones(len(cons), device=cons.device))
-            ctx.acc.backward(loss / t.gradient_accumulation_steps)
+                    loss = loss + st.consistency_weight * cons.mean()
+                    result.add("consistency_loss", cons, torch.ones(len(cons), device=cons.device))
+            ctx.acc.backward(loss / st.gradient_accumulation_steps)
+        return result
+
+    def metrics(self, out, reduce) -> dict:
+        """train/sup_loss, train/sup_skipped (rows without a ground truth) and train/consistency_loss of an epoch's
+        ``inner_loop.LoopOutcome``; ``reduce(value, op)`` combines the processes' values."""
+        metrics = {
+            "train/sup_loss": reduce(out.stats.mean("sup_loss")),
+            "train/sup_skipped": reduce(out.counts.get("sup_skipped", 0), "sum"),
+        }
+        if self.settings.consistency_weight > 0:
+            metrics["train/consistency_loss"] = reduce(out.stats.mean("consistency_loss"))
+        return metrics
 
     def _consistency(self, rows, index, pred, x_t, timesteps):
         """mean (D(x̂) − y)² [m] over the supervised rows that have a degradation (None when none has)."""
-        from ddpo_grpo import degradations
+        from ddpo_grpo import consistency
 
-        ctx, t = self.ctx, self.ctx.config.train
-        keep = [j for j, i in enumerate(index.tolist()) if t.degradation != "row" or rows[i].get("degradation")]
+        ctx, degradation = self.ctx, self.settings.degradation
+        keep = [j for j, i in enumerate(index.tolist()) if degradation != "row" or rows[i].get("degradation")]
         if not keep:
             return None
         sel = torch.as_tensor(keep, device=pred.device)
         picked = [rows[index[j]] for j in keep]
         x_hat = ctx.policy.decode(ctx.policy.predicted_x0(pred[sel], x_t[sel], timesteps[sel]))  # [m, 3, H, W]
         y = ctx.policy.source_images(picked).to(x_hat)  # [m, 3, H, W]
-        specs = [r["degradation"] for r in picked] if t.degradation == "row" else t.degradation
-        return degradations.consistency_loss(x_hat, y, specs)
+        specs = [r["degradation"] for r in picked] if degradation == "row" else degradation
+        return consistency.consistency_loss(x_hat, y, specs)
 
 
 def rows_of(rollout) -> list[dict]:

@@ -1,19 +1,22 @@
-"""The GRPO epoch loop: sample → rewards → advantages → K inner epochs over the STORED transitions.
+"""The epoch loop: sample → reward → advantages → update → log / checkpoint.
 
-One epoch, phase by phase (each a method below):
-1. ``sample_phase``  every process samples sample.num_batches_per_epoch batches of sample.batch_size
-                   images with the current policy, recording each transition's log-prob (rollout.py),
-                   and scores each batch with the reward plug-ins as soon as it is decoded.
-2. ``advantage_phase`` rewards are gathered from all processes, turned into group-relative advantages
-                   by the per-prompt stat tracker (advantages.py), and each process keeps its slice.
-3. ``train_phase``   train.num_inner_epochs passes over the stored transitions: samples shuffled, split
-                   into minibatches of train.batch_size; for each minibatch and each of its K trained
-                   steps: recompute the log-prob of the stored x_{j+1}, ratio against the stored one,
-                   clipped surrogate (+ β·KL to the reference), backward (one step at a time);
-                   optimizer step every train.gradient_accumulation_steps minibatches, after
-                   grad-norm clipping. Between inner epochs, stop when mean approx-KL > kl_threshold.
-4. bookkeeping     reference update, metrics.jsonl, image grid, atomic checkpoint.
-After the last epoch the result is exported to <run>/final/ (LoRA in diffusers format, or a pipeline).
+One epoch, phase by phase (each a method below; the parts they use are built once by ``components.py``):
+1. ``sample_phase``     every process draws its share of the epoch's prompt groups and samples them in
+                        sample.num_batches_per_epoch batches with the current policy (the lagging sampler's
+                        weights when configured), recording every transition with its log-prob (rollout.py);
+                        each batch is handed to the reward plug-ins as soon as it is decoded. Returns the
+                        ``Epoch``: rows, this process's items, the group keys, the rollouts, pending scores.
+2. ``reward_phase``     waits for the scores (batch order, whatever finished first).
+3. ``advantage_phase``  gathers every process's scores, weights them (``MultiReward.combine``), turns them into
+                        group-relative advantages (advantages.py) and keeps this process's slice.
+4. ``update_phase``     train.num_inner_epochs passes over the stored samples in minibatches (inner_loop.py): the
+                        objective's updater (updates.py) back-propagates each, the supervised term is mixed in
+                        on its schedule, one optimizer step (optim.py) every gradient_accumulation_steps
+                        minibatches; the KL early stop between passes. Epochs of the staged schedule with λ_pg = 0
+                        run ``supervised_phase`` instead (no sampling).
+5. ``finish_epoch``     reference and lagging-sampler updates, evaluation and probe hooks, metrics.jsonl, the
+                        image grid, the atomic checkpoint (checkpoint/run_state.py).
+After the last epoch ``final/`` is written (LoRA in diffusers' format, or the whole pipeline) and the report.
 
 Everything random is derived from (config.seed, epoch, process, batch, …), so a resumed run replays
 exactly what an uninterrupted one would have done.
@@ -22,355 +25,160 @@ exactly what an uninterrupted one would have done.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ddpo_grpo import checkpoint as ckpt
-from ddpo_grpo.advantages import RewardAdvantages, group_keys
-from ddpo_grpo.config_checks import check_inputs, validate
-from ddpo_grpo.errors import ConfigError, RewardError
-from ddpo_grpo.evaluation import Evaluator, evaluate, every
+from ddpo_grpo import components, console, distributed
+from ddpo_grpo.advantages import group_keys, group_means
+from ddpo_grpo.checkpoint import RunState, final_manifest
+from ddpo_grpo.evaluation import every
 from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard
-from ddpo_grpo.logging_utils import MetricsLogger
-from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, canonical_model, load_pipeline, policy_settings
-from ddpo_grpo.probe import PairedProbe
-from ddpo_grpo.prompts import PromptSampler, load_prompts
-from ddpo_grpo.reference import Reference
-from ddpo_grpo.report import RunReport
-from ddpo_grpo.rollout import Rollout, StepPlan, sample_rollout
+from ddpo_grpo.inner_loop import LoopSettings, objective_metrics, run_inner_epochs
+from ddpo_grpo.optim import OptimizerStep, build_optimizer
+from ddpo_grpo.prompts import split_rows
+from ddpo_grpo.rollout import Rollout, sample_rollout
+from ddpo_grpo.run_dir import prepare_run_dir, starts_again
 from ddpo_grpo.schedules import loss_weights
 from ddpo_grpo.seeding import derive_seed
-from ddpo_grpo.supervised import SupervisedTerm, rows_of
-from ddpo_grpo.updates import Stats, UpdateContext, make_update
-from ddpo_grpo.weights import EMA, LaggingSampler, trainable_parameters
+from ddpo_grpo.supervised import rows_of
 
-WEIGHT_DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-GRAD_NORM_WINDOW = 20  # optimizer steps whose median gradient norm sets the relative clip (train.grad_norm_ratio)
-GRAD_NORM_MIN_HISTORY = 5  # no relative clip before this many steps
+
+@dataclass(frozen=True)
+class Epoch:
+    """What the sample phase produced, read (never recomputed) by the later phases."""
+
+    index: int
+    rows: list  # the epoch's prompt rows, one per group (the same on every process)
+    items: list  # this process's (group, member) items, in sample order
+    keys: list  # the stat tracker's group key of every sample of the epoch, all processes (advantages.group_keys)
+    rollout: Rollout | None  # this process's samples (None for a supervised-only epoch)
+    pending: list = field(default_factory=list)  # per batch: the scores, or a Future of them
 
 
 class Trainer:
     def __init__(self, config, accelerator=None):
-        from accelerate import Accelerator
-
-        from ddpo_grpo.config_checks import deprecations
-
         self.config = config
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.totals = validate(config, world)
-        check_inputs(config)  # before any model is loaded and before the run directory exists
-        if int(os.environ.get("RANK", "0")) == 0:
-            for line in deprecations(config):
-                print(line, flush=True)
-        # torchrun / accelerate on a machine without GPUs: distributed CPU processes (gloo backend)
-        cpu = world > 1 and not torch.cuda.is_available()
-        self.acc = accelerator or Accelerator(mixed_precision=config.mixed_precision, cpu=cpu)
-        if self.acc.num_processes != world:
-            raise RuntimeError(
-                f"launched as {world} processes (WORLD_SIZE) but accelerate set up {self.acc.num_processes}; "
-                "on CPU-only machines launch with ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ..."
-            )
-        self.main = self.acc.is_main_process
-        self.rank = self.acc.process_index
-        if config.allow_tf32 and torch.cuda.is_available():
-            torch.backends.cuda.matmul.allow_tf32 = True
+        self.totals = components.check_config(config)  # before any model is loaded and anything written
+        self.acc = components.accelerator(config, accelerator)
+        self.main, self.rank = self.acc.is_main_process, self.acc.process_index
         self.guard = FiniteGuard(config.train.max_consecutive_skips)
         self.degenerate = DegenerateEpochs(config.train.max_degenerate_epochs)
-        self._build_rewards()  # before the seed: a reward model's initialisation draws nothing the run uses
-        self._setup_prompts()
-        if not config.pretrained.model:
-            self._tiny_builder()  # a ConfigError for an unknown pretrained.tiny, before the run directory exists
+        self.reward, self.eval_reward = components.build_rewards(config)  # before the seed: draws nothing the run uses
+        self.rows, self.prompt_sampler = components.build_prompts(config)
         torch.manual_seed(config.seed)
-
-        self._setup_run_dir()
-        self._setup_model()
-        self._setup_optimizer()
-        self._setup_data_and_rewards()
-        self.start_epoch, self.global_step = 0, 0
-        self.grad_norm_history, self.grad_clipped = [], 0
-        if config.resume_from:
-            self._resume(config.resume_from)
-        self.logger = MetricsLogger(
-            str(self.run_dir),
-            tracker=config.logging.tracker,
-            project=config.logging.project,
-            run_name=self.run_dir.name,
-            config=config.to_dict(),
-            enabled=self.main,
-            resume_epoch=self.start_epoch if config.resume_from else None,
-        )
-        if self.main and self.logger.superseded:
-            print(
-                f"metrics.jsonl: {self.logger.superseded} row(s) logged after the checkpoint (epochs this run "
-                f"replays) moved to metrics.superseded.jsonl",
-                flush=True,
-            )
-        self._print_startup()
-
-    # ------------------------------------------------------------------ set-up
-    def _setup_run_dir(self):
-        cfg = self.config
-        name = cfg.run_name
-        if not name and cfg.resume_from:
-            # continue in the run directory the checkpoint belongs to
-            found = ckpt.find_checkpoint(cfg.resume_from)
-            self.run_dir = Path(found).parent.parent
-            return
-        if not name:
-            name = time.strftime("%Y.%m.%d_%H.%M.%S")
-        if self.acc.num_processes > 1:
-            from accelerate.utils import broadcast_object_list
-
-            name = broadcast_object_list([name])[0]
-        self.run_dir = Path(cfg.logdir) / name
-        if self.main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-
-    def _tiny_builder(self):
-        from ddpo_grpo import tiny
-
-        builders = tiny.BUILDERS  # "sd3" | "sd" | "denoiser"
-        if self.config.pretrained.tiny not in builders:
-            raise ConfigError(
-                f"pretrained.tiny={self.config.pretrained.tiny!r} must be one of {sorted(builders)} "
-                "(used when pretrained.model is empty)"
-            )
-        return builders[self.config.pretrained.tiny]
-
-    def _model_path(self) -> str:
-        cfg = self.config
-        if cfg.pretrained.model:
-            return cfg.pretrained.model
-        path = (Path(cfg.logdir) / "_tiny" / cfg.pretrained.tiny).resolve()
-        if self.main and not (path / "model_index.json").is_file():
-            with torch.random.fork_rng(devices=[]):  # its own RNG: building it leaves the run's random state alone
-                self._tiny_builder()(path)
-        self.acc.wait_for_everyone()
-        return str(path)
-
-    def _setup_model(self):
-        cfg, t = self.config, self.config.train
-        self.model_path = self._model_path()
-        pipeline = load_pipeline(self.model_path)
-        try:
-            self.policy = build_policy(pipeline, policy_settings(pipeline, cfg.sample))
-        except ValueError as exc:  # a kernel, noise level or resolution the family cannot take
-            raise ConfigError(str(exc)) from exc
-        weight_dtype = WEIGHT_DTYPES[cfg.mixed_precision]
-        pipeline.to(self.acc.device)
-        for module in self.policy.frozen_modules():
-            module.requires_grad_(False)
-            module.eval()
-            if weight_dtype != torch.float32:
-                module.to(dtype=weight_dtype)
-        denoiser = self.policy.denoiser
-        if t.use_lora:
-            if weight_dtype != torch.float32:
-                denoiser.to(dtype=weight_dtype)
-            self.policy.add_lora(
-                rank=t.lora_rank, alpha=t.lora_alpha, target_modules=t.lora_target_modules, dropout=t.lora_dropout
-            )
-        else:
-            denoiser.requires_grad_(True)
-        if cfg.pretrained.init_from:
-            self._init_from(cfg.pretrained.init_from, denoiser)
-        self.params = trainable_parameters(denoiser)
-        for p in self.params.values():
-            p.data = p.data.float()  # trainable weights (and their optimizer state) in float32
-        self.ema = EMA(self.params, t.ema_decay) if t.ema else None
-        self.sampler = None  # the forward objectives' lagging sampling policy (train.sampler_decay_*)
-        if t.sampler_decay_rate > 0:
-            self.sampler = LaggingSampler(
-                self.params, rate=t.sampler_decay_rate, max_decay=t.sampler_decay_max, flat=t.sampler_decay_flat
-            )
-        self.reference = None
-        if t.beta > 0:
-            self.reference = Reference(
-                self.policy,
-                denoiser,
-                lora=t.use_lora,
-                update=t.reference_update,
-                freq=t.reference_update_freq,
-                alpha=t.reference_mix_alpha,
-            )
-
-    def _init_from(self, path: str, denoiser) -> None:
-        """Start from a checkpoint's trainable weights (another run's, e.g. of a supervised warm-up), reporting
-        missing and unexpected keys; a mismatch is refused unless pretrained.init_strict is False."""
-        loaded = ckpt.load_latest(path, log=lambda line: print(line, flush=True) if self.main else None)
-        try:
-            report = ckpt.load_state_dict_checked(
-                denoiser,
-                loaded["tensors"]["model"],
-                strict=self.config.pretrained.init_strict,
-                source=f"pretrained.init_from checkpoint {loaded['path']}",
-            )
-        except ValueError as exc:
-            raise ConfigError(f"{exc} (set pretrained.init_strict=False)") from exc
-        if self.main:
-            print(
-                f"initialised from {loaded['path']}: {len(report['loaded'])} tensors loaded, "
-                f"{len(report['missing'])} missing, {len(report['unexpected'])} unexpected, "
-                f"{len(report['mismatched'])} of another shape",
-                flush=True,
-            )
-
-    def _setup_optimizer(self):
-        t = self.config.train
-        if t.optimizer == "sgd":
-            optimizer = torch.optim.SGD(list(self.params.values()), lr=t.learning_rate, momentum=t.sgd_momentum)
-        else:
-            optimizer = torch.optim.AdamW(
-                list(self.params.values()),
-                lr=t.learning_rate,
-                betas=(t.adam_beta1, t.adam_beta2),
-                weight_decay=t.adam_weight_decay,
-                eps=t.adam_epsilon,
-            )
-        self.model, self.optimizer = self.acc.prepare(self.policy.denoiser, optimizer)
-
-    def _build_rewards(self):
-        """The training reward (reward.fns) and, with eval.freq, the evaluation reward; RewardError if one fails."""
-        from reward_models import build_reward
-
-        cfg = self.config
-        try:
-            self.reward = build_reward(
-                dict(cfg.reward.fns), {k: dict(v) for k, v in cfg.reward.kwargs.items()}, dict(cfg.reward.sources)
-            )
-            self.eval_reward = self._eval_reward() if cfg.eval.freq else None
-        except RewardError:
-            raise
-        except (ValueError, TypeError, RuntimeError, OSError) as exc:
-            raise RewardError(f"building the rewards failed: {exc}") from exc
-
-    def _setup_prompts(self):
-        cfg = self.config
-        self.rows = load_prompts(cfg.prompts.source)
-        try:
-            self.prompt_sampler = PromptSampler(self.rows, seed=cfg.seed, stratify_by=cfg.prompts.stratify_by)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-
-    def _setup_data_and_rewards(self):
-        cfg = self.config
-        t = cfg.train
-        self.tracker = RewardAdvantages(
-            self.reward.weights,
-            cfg.reward.aggregation,
-            mode=t.adv_mode,
-            buffer_size=t.adv_buffer_size,
-            min_count=t.adv_min_count,
-            ema_decay=t.adv_ema_decay,
-            clip=t.adv_clip_max if t.adv_clip_max > 0 else None,
-        )
-        s = cfg.sample
-        self.plan = StepPlan(
-            window_size=s.sde_window_size,
-            window_range=tuple(s.sde_window_range) if s.sde_window_range is not None else None,
-            fraction=t.timestep_fraction,
-            selection=t.timestep_selection,
-        )
+        self.policy, self.model_path = components.build_policy_for(config, self.acc)
+        resume = bool(config.resume_from) and not starts_again(config)  # a run that saved nothing starts again
+        self.run_dir = prepare_run_dir(config, self.acc, log=self.log)  # the first thing written
+        self.weights = components.build_weights(config, self.policy, self.acc)
+        w = self.weights
+        self.params, self.ema, self.sampler, self.reference = w.params, w.ema, w.sampler, w.reference
+        self.model, self.optimizer = self.acc.prepare(self.policy.denoiser, build_optimizer(self.params, config.train))
+        self.step = OptimizerStep(self.optimizer, self.params, self.acc, self.guard, config.train, ema=self.ema)
+        self.tracker = components.build_tracker(config, self.reward)
+        self.plan, self.loop = components.step_plan(config), LoopSettings.from_config(config)
         self.noise_level = self.policy.noise_level
-        if self.noise_level <= 0 and s.share_group_noise:
-            raise ConfigError(
-                "sample.noise_level=0 with sample.share_group_noise: deterministic sampling from one shared "
-                "initial noise makes every member of a group the same image (no advantage); turn one of them off"
-            )
-        if self.noise_level <= 0 and t.objective == "grpo":
-            raise ConfigError(
-                f"sample.noise_level={self.noise_level}: with no noise every sampling step is deterministic "
-                f"and there is no transition to train; set sample.noise_level > 0 (kernel {self.policy.kernel!r})"
-            )
-        ctx = UpdateContext(
-            config=cfg,
-            policy=self.policy,
-            model=self.model,
-            acc=self.acc,
-            params=self.params,
-            reference=self.reference,
-            autocast=self.autocast,
-            rank=self.rank,
-            sampler=self.sampler,
+        self.update, self.supervised = components.build_update(
+            config, self.policy, self.model, self.acc, w, self.autocast
         )
-        self.update = make_update(ctx)
-        self.supervised = SupervisedTerm(ctx) if t.sup_weight > 0 else None
-        self.evaluator = Evaluator(cfg, self.eval_reward) if cfg.eval.freq else None
-        p = cfg.probe
-        self.probe = (
-            PairedProbe(
-                self.run_dir, self.prompt_sampler, num_prompts=p.prompts, group_size=p.group_size, seed=cfg.seed
-            )
-            if p.freq
-            else None
-        )
-        report_rows = self.evaluator.rows if self.evaluator is not None else self.rows
-        self.report = RunReport(
+        self.hooks = components.build_hooks(
+            config,
             self.run_dir,
-            [report_rows[i % len(report_rows)] for i in range(cfg.logging.num_images)],
-            self.policy.preview,
-            group_by=cfg.eval.group_by,
+            self.acc,
+            self.policy,
+            eval_reward=self.eval_reward,
+            rows=self.rows,
+            prompt_sampler=self.prompt_sampler,
+            ema=self.ema,
+            probe_sample=lambda rows, seeds, gen, rng: self.rollout(rows, seeds, gen, rng).samples.cpu(),
+            probe_score=lambda samples, rows: self.reward.combine(self.reward(samples, *split_rows(rows))[0]),
         )
-        self._reward_pool = None
-        if cfg.reward.num_workers > 0:
-            from concurrent.futures import ThreadPoolExecutor
+        workers = config.reward.num_workers
+        self.reward_pool = ThreadPoolExecutor(workers, thread_name_prefix="reward") if workers > 0 else None
+        self.state = RunState(self.run_dir, config, w, self.optimizer, self.step, self.tracker)
+        self.start_epoch = self.state.resume(config.resume_from, log=self.log) if resume else 0
+        self.logger = components.metrics_logger(
+            config, self.run_dir, self.acc, self.start_epoch if resume else None, self.log
+        )
+        num_params = sum(p.numel() for p in self.params.values())
+        for line in console.startup_lines(
+            self.run_dir, self.model_path, self.policy, self.totals, num_params, config.expected_minutes
+        ):
+            self.log(line)
+        self.progress = console.progress(self.main and config.logging.progress)
 
-            self._reward_pool = ThreadPoolExecutor(cfg.reward.num_workers, thread_name_prefix="reward")
-
-    def _eval_reward(self):
-        """The evaluation reward: eval.reward (a name, or an alias of reward.sources) with eval.reward_kwargs;
-        "" = the first training reward with its reward.kwargs."""
-        from reward_models import load_reward
-
-        r, e = self.config.reward, self.config.eval
-        name = e.reward or next(iter(r.fns))
-        kwargs = dict(e.reward_kwargs) if e.reward else dict(r.kwargs.get(name, {}))
-        return load_reward(r.sources.get(name, name), **kwargs)
-
-    def _print_startup(self):
-        if not self.main:
-            return
-        lines = [f"run directory: {self.run_dir}", f"model: {self.model_path} ({type(self.policy).__name__})"]
-        lines += [f"{k}: {v}" for k, v in self.totals.items()]
-        lines.append(f"trainable parameters: {sum(p.numel() for p in self.params.values()):,}")
-        if self.config.expected_minutes:
-            lines.append(
-                f"expected duration: about {self.config.expected_minutes:.0f} min on a free 2-core CPU "
-                "(more on a busy or slower machine: OMP_NUM_THREADS=1 then); --config.num_epochs trades "
-                "time for gain"
-            )
-        print("\n".join(lines), flush=True)
+    def log(self, line: str) -> None:
+        if self.acc.is_main_process:
+            print(line, flush=True)
 
     def autocast(self):
         return self.acc.autocast()
 
-    # ------------------------------------------------------------------ phase 1: sampling + rewards
-    def epoch_items(self, epoch: int) -> tuple[list[dict], list[tuple[int, int]]]:
+    @property
+    def global_step(self) -> int:
+        return self.step.global_step
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> Path:
+        cfg = self.config
+        if self.start_epoch == 0:
+            self.hooks.before()
+        metrics, clock = {}, console.Clock(cfg.num_epochs)
+        for epoch in range(self.start_epoch, cfg.num_epochs):
+            start = time.perf_counter()
+            lam_sup, lam_pg = loss_weights(epoch, cfg) if self.supervised is not None else (0.0, 1.0)
+            if lam_pg > 0:
+                ep, timing = self.sample_phase(epoch)
+                scores = self.reward_phase(ep, timing)
+                advantages, metrics = self.advantage_phase(ep, scores)
+                with console.timed(timing, "train"):
+                    metrics.update(self.update_phase(ep, advantages, lam_sup=lam_sup, lam_pg=lam_pg))
+            else:  # the staged schedule's supervised-only epochs: no sampling
+                timing = {}
+                with console.timed(timing, "train"):
+                    metrics = self.supervised_phase(epoch, lam_sup)
+            if self.supervised is not None:
+                metrics.update({"train/lambda_sup": lam_sup, "train/lambda_pg": lam_pg})
+            metrics.update(self.finish_epoch(epoch, timing))
+            metrics["perf/epoch_s"] = time.perf_counter() - start
+            metrics["progress/images_seen"] = (epoch + 1) * self.totals["images_per_epoch"]
+            self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
+            self.log(f"{console.summary(epoch, metrics)} ({clock.tick(epoch, metrics['perf/epoch_s'])})")
+            self.hooks.grid(epoch, self.logger, self.global_step)
+            if every(epoch, cfg.save_freq, epoch == cfg.num_epochs - 1):
+                self.save_checkpoint(epoch)
+        final = self.export_final()
+        self.hooks.finish(metrics)
+        self.logger.close()
+        if self.reward_pool is not None:
+            self.reward_pool.shutdown()
+        return final
+
+    # ------------------------------------------------------------------ 1. sampling
+    def epoch_rows(self, epoch: int) -> tuple[list[dict], list[tuple[int, int]]]:
         """The epoch's prompt rows (same on every process) and this process's (group, member) items.
 
         Groups are laid out contiguously in a global list of images_per_epoch items, and process r takes
         the r-th contiguous slice, so a group may span batches and processes.
         """
-        s = self.config.sample
         rows = self.prompt_sampler.draw(epoch, self.totals["prompts_per_epoch"])
-        items = [(g, m) for g in range(len(rows)) for m in range(s.group_size)]
+        items = [(g, m) for g in range(len(rows)) for m in range(self.config.sample.group_size)]
         n = self.totals["samples_per_process"]
         return rows, items[self.rank * n : (self.rank + 1) * n]
 
-    def sample_phase(self, epoch: int):
-        """Sample every batch; score batch b (in reward.num_workers threads) while batch b+1 is sampled."""
+    def sample_phase(self, epoch: int) -> tuple[Epoch, dict]:
+        """Sample every batch; batch b is scored (in reward.num_workers threads) while batch b+1 is sampled."""
         cfg, s = self.config, self.config.sample
-        rows, items = self.epoch_items(epoch)
-        rollouts, pending = [], []
-        batches = range(s.num_batches_per_epoch)
-        timing = {"sample": 0.0, "reward": 0.0}
-        for b in self._progress(batches, f"epoch {epoch}: sampling"):
+        rows, items = self.epoch_rows(epoch)
+        # a prompt group is one row: its prompt, or its id where rows share a prompt (image-conditioned data)
+        ids = [str(r.get("id", r["prompt"])) for r in rows]
+        keys = group_keys(ids, s.group_size, cfg.train.adv_mode, s.share_group_noise)
+        rollouts, pending, timing = [], [], {"sample": 0.0}
+        for b in self.progress(range(s.num_batches_per_epoch), f"epoch {epoch}: sampling"):
             batch = items[b * s.batch_size : (b + 1) * s.batch_size]
             seeds = [
                 derive_seed(cfg.seed, epoch, g) if s.share_group_noise else derive_seed(cfg.seed, epoch, g, m)
@@ -378,19 +186,13 @@ class Trainer:
             ]
             generator = torch.Generator(self.acc.device).manual_seed(derive_seed(cfg.seed, epoch, self.rank, b, 1))
             rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
-            start = time.perf_counter()
-            with self.sampler.applied() if self.sampler is not None else contextlib.nullcontext():
-                rollout = self._rollout([rows[g] for g, _ in batch], seeds, generator, rng)
-            timing["sample"] += time.perf_counter() - start
+            with console.timed(timing, "sample"), self.sampler.applied() if self.sampler else contextlib.nullcontext():
+                rollout = self.rollout([rows[g] for g, _ in batch], seeds, generator, rng)
             rollouts.append(rollout)
-            pending.append(self._score(rollout))
-        start = time.perf_counter()
-        scores = [p.result() if hasattr(p, "result") else p for p in pending]  # batch order, whatever finished first
-        timing["reward"] += time.perf_counter() - start  # time spent waiting for rewards after sampling
-        per_reward = {name: np.concatenate([sc[name] for sc in scores]) for name in self.reward.names}
-        return Rollout.cat(rollouts), per_reward, timing
+            pending.append(self.score(rollout))
+        return Epoch(epoch, rows, items, keys, Rollout.cat(rollouts), pending), timing
 
-    def _rollout(self, rows, seeds, generator, rng) -> Rollout:
+    def rollout(self, rows, seeds, generator, rng) -> Rollout:
         """One batch of ``rows`` through the training sampler (sample.*) with the weights the model holds."""
         s = self.config.sample
         return sample_rollout(
@@ -408,480 +210,139 @@ class Trainer:
             autocast=self.autocast,
         )
 
-    def _score(self, rollout: Rollout):
+    def score(self, rollout: Rollout):
         """Reward scores of one batch: a Future when reward.num_workers > 0, else the scores themselves."""
         samples = rollout.samples.cpu()
-        if self._reward_pool is None:
+        if self.reward_pool is None:
             return self.reward(samples, rollout.prompts, rollout.metadata)[0]
-        return self._reward_pool.submit(lambda: self.reward(samples, rollout.prompts, rollout.metadata)[0])
+        return self.reward_pool.submit(lambda: self.reward(samples, rollout.prompts, rollout.metadata)[0])
 
-    # ------------------------------------------------------------------ phase 2: advantages
-    def _gather(self, values: np.ndarray) -> np.ndarray:
-        tensor = torch.as_tensor(values, dtype=torch.float32, device=self.acc.device)
-        return self.acc.gather(tensor).cpu().numpy()
+    # ------------------------------------------------------------------ 2. rewards
+    def reward_phase(self, ep: Epoch, timing: dict) -> dict[str, np.ndarray]:
+        """Scores of this process per reward [n], in batch order (time spent waiting: perf/reward_s)."""
+        with console.timed(timing, "reward"):
+            scores = [p.result() if hasattr(p, "result") else p for p in ep.pending]
+        return {name: np.concatenate([sc[name] for sc in scores]) for name in self.reward.names}
 
-    def advantage_phase(self, epoch: int, per_reward: dict[str, np.ndarray]):
-        """Group-relative advantages over ALL processes' samples; returns this process's slice [n]."""
-        rows, _ = self.epoch_items(epoch)
-        all_per_reward = {name: self._gather(v) for name, v in per_reward.items()}  # process-major = global order
-        combined = self.reward.combine(all_per_reward)  # [N]
-        s = self.config.sample
-        # a prompt group is one row: its prompt, or its id where rows share a prompt (image-conditioned data)
-        ids = [str(r.get("id", r["prompt"])) for r in rows]
-        keys = group_keys(ids, s.group_size, self.config.train.adv_mode, s.share_group_noise)
-        advantages, adv_stats = self.tracker(keys[: len(combined)], all_per_reward, combined)
-        stats = dict(self.reward.stats(all_per_reward, combined))
+    # ------------------------------------------------------------------ 3. advantages
+    def advantage_phase(self, ep: Epoch, scores: dict[str, np.ndarray]) -> tuple[torch.Tensor, dict]:
+        """Group-relative advantages over ALL processes' samples; returns this process's slice [n] and metrics."""
+        every_score = {name: distributed.gather(self.acc, v) for name, v in scores.items()}  # global order
+        combined = self.reward.combine(every_score)  # [N], the rewards weighted (once)
+        advantages, adv_stats = self.tracker(ep.keys[: len(combined)], every_score, combined, self.reward.weights)
+        stats = dict(self.reward.stats(every_score, combined))
         stats.update(adv_stats)
         stats["reward/frac_nan"] = float(np.isnan(combined).mean())
-        group_by = self.config.eval.group_by
-        if group_by:  # the training reward per value of the prompt rows' group field (e.g. per task)
-            labels = [rows[i // s.group_size].get(group_by) for i in range(len(combined))]
-            for label in dict.fromkeys(x for x in labels if x is not None):
-                mine = np.asarray([x == label for x in labels])
-                stats[f"reward/{group_by}/{label}"] = float(np.nanmean(combined[mine]))
+        group_by = self.config.eval.group_by  # the training reward per value of the rows' group field (e.g. task)
+        stats.update(group_means(combined, ep.rows, self.config.sample.group_size, group_by) if group_by else {})
         # an epoch that teaches nothing (all rewards NaN, all groups flat: every advantage 0): warned once,
         # stopped after train.max_degenerate_epochs in a row
-        stats["train/degenerate_epoch"] = int(self.degenerate.check(epoch, all_per_reward, combined, stats))
+        stats["train/degenerate_epoch"] = int(self.degenerate.check(ep.index, every_score, combined, stats))
         n = self.totals["samples_per_process"]
         mine = torch.as_tensor(advantages[self.rank * n : (self.rank + 1) * n], device=self.acc.device)
         return mine, stats
 
-    # ------------------------------------------------------------------ phase 3: training
-    def train_phase(
-        self, epoch: int, rollout: Rollout, advantages: torch.Tensor, lam_sup: float = 0.0, lam_pg: float = 1.0
-    ) -> dict:
-        """train.num_inner_epochs passes over this process's samples in shuffled minibatches; the updater of
-        train.objective (updates.py) back-propagates each minibatch; an optimizer step every
-        train.gradient_accumulation_steps minibatches; stop early when the mean approx-KL to the sampling
-        policy (per sample) exceeds train.kl_threshold."""
-        cfg, t = self.config, self.config.train
-        n, mb = len(rollout), t.batch_size
-        stats = Stats()
-        grad_norms, mismatch, inner_run = [], float("nan"), 0
-        self.guard.start_epoch()
-        self.grad_clipped = 0
-        self.update.prepare(epoch, rollout, advantages)
-        self.update.pg_weight = lam_pg
+    # ------------------------------------------------------------------ 4. update
+    def update_phase(self, ep: Epoch, advantages: torch.Tensor, lam_sup: float = 0.0, lam_pg: float = 1.0) -> dict:
+        """The objective over this process's samples (the module docstring's phase 4); train/* metrics."""
+        t = self.config.train
+        rollout = ep.rollout
+        self.update.prepare(ep.index, rollout, advantages)
         # eval mode for the transition objective: the recomputed log-probs must be the sampler's (no dropout)
         self.model.train(t.objective != "grpo")
-        for inner in range(t.num_inner_epochs):
-            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, epoch, self.rank, inner, 3))
-            perm = torch.randperm(n, generator=gen)
+
+        def arrange(perm, gen):
             shuffled, adv = rollout.select(perm), advantages[perm.to(advantages.device)]
-            if t.shuffle_steps:
-                shuffled = _shuffle_steps(shuffled, gen)
-            inner_stats = Stats()
-            num_minibatches = n // mb
-            for i in self._progress(
-                range(num_minibatches), f"epoch {epoch}: training {inner + 1}/{t.num_inner_epochs}"
-            ):
-                idx = torch.arange(i * mb, (i + 1) * mb)
-                sync = (i + 1) % t.gradient_accumulation_steps == 0
-                first = inner == 0 and i == 0  # before any update: the on-policy check
-                if self.supervised is not None and lam_sup > 0:  # first: the objective's last backward syncs
-                    rows_mb = rows_of(shuffled.select(idx))
-                    self.supervised.backward(rows_mb, lam_sup=lam_sup, epoch=epoch, sync=False, stats=stats)
-                diff = self.update.minibatch(
-                    shuffled.select(idx),
-                    adv[idx.to(adv.device)],
-                    perm[idx],
-                    sync=sync,
-                    stats=stats,
-                    inner=inner_stats,
-                    check=first,
-                )
-                if first:
-                    mismatch = diff
-                if sync:
-                    grad_norms.append(self._optimizer_step(epoch))
-            inner_run += 1
-            approx_kl = self._reduce_mean(inner_stats.mean("approx_kl"))
-            if t.kl_threshold > 0 and approx_kl > t.kl_threshold and inner + 1 < t.num_inner_epochs:
-                break
+            return (shuffled.shuffle_steps(gen) if t.shuffle_steps else shuffled), adv
+
+        def minibatch(view, idx, perm, *, inner, sync, first):
+            shuffled, adv = view
+            batch = shuffled.select(idx)
+            sup = None
+            if self.supervised is not None and lam_sup > 0:  # first: the objective's last backward syncs
+                key = (inner, int(idx[0]))
+                sup = self.supervised.backward(rows_of(batch), lam_sup=lam_sup, epoch=ep.index, key=key, sync=False)
+            result = self.update.minibatch(
+                batch, adv[idx.to(adv.device)], perm[idx], sync=sync, weight=lam_pg, check=first
+            )
+            return result if sup is None else sup.then(result)
+
+        out = self.inner_epochs(len(rollout), ep.index, arrange, minibatch)
         self.model.eval()
-        out = {
-            "train/loss": stats.mean("loss"),
-            "train/policy_loss": stats.mean("policy_loss"),
-            "train/kl": stats.mean("kl") if self.reference is not None else float("nan"),
-            "train/approx_kl": stats.mean("approx_kl"),
-            "train/clipfrac": stats.mean("clipfrac"),
-            "train/ratio_mean": stats.mean("ratio"),
-            "train/grad_norm": float(np.mean([g for g in grad_norms if np.isfinite(g)] or [np.nan])),
-        }
-        if t.objective != "grpo":
-            out["train/matching_loss"] = stats.mean("matching_loss")
-            if t.objective == "nft":
-                out["train/drift"] = stats.mean("drift")
-        out = {k: self._reduce_mean(v) for k, v in out.items()}
-        out["train/logp_mismatch"] = self._reduce_max(mismatch)
-        out["train/inner_epochs_run"] = inner_run
-        out["train/skipped_steps"] = self.guard.skipped
-        out["train/grad_clipped"] = self.grad_clipped
-        out["train/skipped_samples"] = self._reduce_sum(self.update.skipped)
-        out["train/lr"] = self.optimizer.param_groups[0]["lr"]
-        out.update(self._supervised_metrics(stats))
-        return out
+        metrics = objective_metrics(out, t.objective, self.reference is not None)
+        metrics = {k: distributed.reduce(self.acc, v) for k, v in metrics.items()}
+        metrics["train/logp_mismatch"] = distributed.reduce(self.acc, out.mismatch, "max")
+        metrics["train/inner_epochs_run"] = out.inner_epochs_run
+        metrics.update(self.step.metrics())
+        metrics["train/skipped_samples"] = distributed.reduce(self.acc, out.counts.get("skipped_samples", 0), "sum")
+        metrics.update(self.supervised_metrics(out))
+        return metrics
 
     def supervised_phase(self, epoch: int, lam_sup: float) -> dict:
-        """An epoch of the supervised term alone (λ_pg = 0): the epoch's rows of this process, shuffled, in
-        minibatches of train.batch_size, train.num_inner_epochs passes, an optimizer step every
-        train.gradient_accumulation_steps minibatches. No sampling, rewards or advantages."""
-        cfg, t = self.config, self.config.train
-        rows, items = self.epoch_items(epoch)
+        """An epoch of the supervised term alone (λ_pg = 0): this process's rows of the epoch in shuffled
+        minibatches, train.num_inner_epochs passes. No sampling, rewards or advantages."""
+        rows, items = self.epoch_rows(epoch)
         mine = [rows[g] for g, _ in items]
-        stats, grad_norms = Stats(), []
-        self.guard.start_epoch()
         self.model.train()
-        for inner in range(t.num_inner_epochs):
-            gen = torch.Generator().manual_seed(derive_seed(cfg.seed, epoch, self.rank, inner, 3))
-            order = torch.randperm(len(mine), generator=gen).tolist()
-            for i in range(len(mine) // t.batch_size):
-                batch = [mine[j] for j in order[i * t.batch_size : (i + 1) * t.batch_size]]
-                sync = (i + 1) % t.gradient_accumulation_steps == 0
-                self.supervised.backward(batch, lam_sup=lam_sup, epoch=epoch, sync=sync, stats=stats)
-                if sync:
-                    grad_norms.append(self._optimizer_step(epoch))
+
+        def minibatch(view, idx, perm, *, inner, sync, first):
+            batch = [view[j] for j in idx.tolist()]
+            return self.supervised.backward(batch, lam_sup=lam_sup, epoch=epoch, key=(inner, int(idx[0])), sync=sync)
+
+        out = self.inner_epochs(len(mine), epoch, lambda perm, gen: [mine[j] for j in perm.tolist()], minibatch)
         self.model.eval()
-        out = {
-            "train/grad_norm": float(np.mean([g for g in grad_norms if np.isfinite(g)] or [np.nan])),
-            "train/skipped_steps": self.guard.skipped,
-            "train/lr": self.optimizer.param_groups[0]["lr"],
-        }
-        out.update(self._supervised_metrics(stats))
-        return out
+        metrics = {"train/grad_norm": out.grad_norm, **self.step.metrics()}
+        metrics.pop("train/grad_clipped")
+        metrics.update(self.supervised_metrics(out))
+        return metrics
 
-    def _supervised_metrics(self, stats: Stats) -> dict:
-        if self.supervised is None:
-            return {}
-        out = {
-            "train/sup_loss": self._reduce_mean(stats.mean("sup_loss")),
-            "train/sup_skipped": self._reduce_sum(self.supervised.skipped),
-        }
-        if self.config.train.consistency_weight > 0:
-            out["train/consistency_loss"] = self._reduce_mean(stats.mean("consistency_loss"))
-        self.supervised.skipped = 0
-        return out
+    def inner_epochs(self, n: int, epoch: int, arrange, minibatch):
+        self.step.start_epoch()
+        return run_inner_epochs(
+            n,
+            self.loop,
+            epoch=epoch,
+            rank=self.rank,
+            arrange=arrange,
+            minibatch=minibatch,
+            step=self.step,
+            reduce_mean=lambda v: distributed.reduce(self.acc, v),
+            progress=self.progress,
+        )
 
-    def _optimizer_step(self, epoch: int) -> float:
-        """Clip and apply the accumulated gradient, or skip it when it is not finite (guard.py)."""
-        t = self.config.train
-        if t.warmup_steps > 0:
-            scale = min(1.0, (self.global_step + 1) / t.warmup_steps)
-            for group in self.optimizer.param_groups:
-                group["lr"] = t.learning_rate * scale
-        cap = t.max_grad_norm  # absolute, and relative to the recent norms (spikes): see config/base.py
-        recent = self.grad_norm_history[-GRAD_NORM_WINDOW:]
-        if t.grad_norm_ratio > 0 and len(recent) >= GRAD_NORM_MIN_HISTORY:
-            cap = min(cap, t.grad_norm_ratio * float(np.median(recent)))
-        norm = float(self.acc.clip_grad_norm_(list(self.params.values()), cap))
-        if not self.guard.allow(norm, epoch):  # the same norm on every process: all skip together
-            self.optimizer.zero_grad(set_to_none=True)
-            return norm
-        self.grad_clipped += norm > cap
-        self.grad_norm_history.append(norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.guard.check_weights(self.params, epoch)
-        self.global_step += 1
-        if self.ema is not None:
-            self.ema.update()
-        return norm
+    def supervised_metrics(self, out) -> dict:
+        return (
+            self.supervised.metrics(out, lambda v, op="mean": distributed.reduce(self.acc, v, op))
+            if self.supervised
+            else {}
+        )
 
-    def _reduce_mean(self, value: float) -> float:
-        if self.acc.num_processes == 1:
-            return float(value)
-        tensor = torch.tensor([value], dtype=torch.float32, device=self.acc.device)
-        gathered = self.acc.gather(tensor)
-        return float(torch.nanmean(gathered))
-
-    def _reduce_sum(self, value: float) -> float:
-        if self.acc.num_processes == 1:
-            return float(value)
-        tensor = torch.tensor([value], dtype=torch.float32, device=self.acc.device)
-        return float(self.acc.gather(tensor).sum())
-
-    def _reduce_max(self, value: float) -> float:
-        if self.acc.num_processes == 1:
-            return float(value)
-        tensor = torch.tensor([value], dtype=torch.float32, device=self.acc.device)
-        return float(self.acc.gather(tensor).max())
-
-    # ------------------------------------------------------------------ the loop
-    def run(self) -> Path:
-        cfg = self.config
-        if self.start_epoch == 0:
-            self.record_before()
-        metrics, epoch_times = {}, []
-        for epoch in range(self.start_epoch, cfg.num_epochs):
-            epoch_start = time.perf_counter()
-            lam_sup, lam_pg = loss_weights(epoch, cfg) if self.supervised is not None else (0.0, 1.0)
-            if lam_pg > 0:
-                rollout, per_reward, timing = self.sample_phase(epoch)
-                advantages, metrics = self.advantage_phase(epoch, per_reward)
-                start = time.perf_counter()
-                metrics.update(self.train_phase(epoch, rollout, advantages, lam_sup=lam_sup, lam_pg=lam_pg))
-            else:  # the staged schedule's supervised-only epochs: no sampling
-                timing, start = {}, time.perf_counter()
-                metrics = self.supervised_phase(epoch, lam_sup)
-            timing["train"] = time.perf_counter() - start
-            if self.supervised is not None:
-                metrics.update({"train/lambda_sup": lam_sup, "train/lambda_pg": lam_pg})
-            if self.reference is not None:
-                self.reference.after_epoch(epoch)
-            if self.sampler is not None:
-                metrics["train/sampler_decay"] = self.sampler.update(self.global_step)
-            last = epoch == cfg.num_epochs - 1
-            if self.evaluator is not None and self.evaluator.due(epoch, last):
-                start = time.perf_counter()
-                metrics.update(self.evaluate())
-                timing["eval"] = time.perf_counter() - start
-            if self.probe is not None and every(epoch, cfg.probe.freq, last):
-                start = time.perf_counter()
-                metrics.update(self.measure_probe())
-                timing["probe"] = time.perf_counter() - start
-            metrics.update({f"perf/{k}_s": v for k, v in timing.items()})
-            metrics["perf/epoch_s"] = time.perf_counter() - epoch_start
-            metrics["progress/images_seen"] = (epoch + 1) * self.totals["images_per_epoch"]
-            self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
-            if self.main:
-                epoch_times.append(metrics["perf/epoch_s"])
-                left = (cfg.num_epochs - epoch - 1) * float(np.median(epoch_times))
-                print(_summary(epoch, metrics) + f" (about {_duration(left)} to go)", flush=True)
-            if every(epoch, cfg.logging.image_freq, last) and self.main:
-                self.report.log_grid(self.sample_fixed, self.logger, epoch=epoch, global_step=self.global_step)
-            if every(epoch, cfg.save_freq, last):
-                self.save_checkpoint(epoch)
-        final = self.export_final()
-        if self.main:
-            self.report.finish(self.sample_fixed, metrics)
-        self.logger.close()
-        if self._reward_pool is not None:
-            self._reward_pool.shutdown()
-        return final
-
-    # ------------------------------------------------------------------ images, checkpoints, export
-    def _weights_for_eval(self):
-        return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
-
-    def sample_fixed(self, rows, reward=None, **kwargs):
-        """Deterministic samples (ODE / DDIM η=0, sample.eval_num_steps, seeds from eval.seed) of ``rows``,
-        with the EMA weights when train.ema, scored by ``reward`` when given: ``evaluation.evaluate``'s
-        (metrics, samples, captions). The callable the evaluation and report hooks are handed."""
-        cfg, s = self.config, self.config.sample
-        with self._weights_for_eval():
-            return evaluate(
-                self.policy,
-                rows,
-                reward,
-                num_steps=s.eval_num_steps,
-                guidance_scale=s.guidance_scale,
-                seed=cfg.eval.seed,
-                batch_size=s.batch_size,
-                negative_prompt=s.negative_prompt,
-                autocast=self.autocast,
-                **kwargs,
-            )
-
-    def _probe_sample(self, rows, seeds, generator, rng):
-        """Samples of ``rows`` with the training sampler (current weights), for the paired probe."""
-        return self._rollout(rows, seeds, generator, rng).samples.cpu()
-
-    def _probe_score(self, samples, rows):
-        prompts = [r["prompt"] for r in rows]
-        metadata = [{k: v for k, v in r.items() if k != "prompt"} for r in rows]
-        return self.reward.combine(self.reward(samples, prompts, metadata)[0])
-
-    def measure_probe(self) -> dict:
-        """probe/* metrics (main process; the others wait). Before the first update it records the baseline."""
+    # ------------------------------------------------------------------ 5. after the update
+    def finish_epoch(self, epoch: int, timing: dict) -> dict:
+        """Reference and lagging-sampler updates, then the evaluation and probe hooks that are due; perf/* times."""
         metrics = {}
-        if self.main:
-            rewards = self.probe.measure(
-                self._probe_sample, self._probe_score, self.config.sample.batch_size, self.acc.device
-            )
-            if self.probe.before is None:
-                self.probe.record_before(rewards)
-            metrics = self.probe.metrics(rewards)
-        self.acc.wait_for_everyone()
+        if self.reference is not None:
+            self.reference.after_epoch(epoch)
+        if self.sampler is not None:
+            metrics["train/sampler_decay"] = self.sampler.update(self.global_step)
+        metrics.update(self.hooks.after_epoch(epoch, timing))
+        metrics.update({f"perf/{k}_s": v for k, v in timing.items()})
         return metrics
-
-    def evaluate(self) -> dict:
-        """eval/* metrics of the evaluation hook, computed by the main process (the others wait)."""
-        metrics = self.evaluator(self.sample_fixed) if self.main else {}
-        self.acc.wait_for_everyone()
-        return metrics
-
-    def record_before(self) -> None:
-        """Before the first update: the evaluation (with eval.freq) and the report's fixed-prompt samples."""
-        metrics = self.evaluate() if self.evaluator is not None else {}
-        if self.probe is not None and self.probe.before is None:
-            metrics.update(self.measure_probe())
-        if self.main:
-            self.report.before(self.sample_fixed, metrics)
-        self.acc.wait_for_everyone()
 
     def save_checkpoint(self, epoch: int) -> None:
         self.acc.wait_for_everyone()
         if self.main:
-            tensors = {"model": {k: p.detach().float().cpu() for k, p in self.params.items()}}
-            if self.ema is not None:
-                tensors["ema"] = self.ema.state_dict()
-            if self.reference is not None and self.reference.state_dict():
-                tensors["reference"] = self.reference.state_dict()
-            if self.sampler is not None:
-                tensors["sampler"] = self.sampler.state_dict()
-            state = {
-                "epoch": epoch,
-                "global_step": self.global_step,
-                "tracker": self.tracker.state_dict(),
-                "grad_norms": self.grad_norm_history[-GRAD_NORM_WINDOW:],
-                "rng": ckpt.rng_state(),
-                "config": json.loads(self.config.to_json()),
-            }
-            ckpt.save_checkpoint(
-                self.run_dir,
-                epoch,
-                tensors=tensors,
-                optimizer_state=self.optimizer.state_dict(),
-                state=state,
-                keep_last=self.config.num_checkpoint_limit or None,
-            )
+            self.state.save(epoch)
         self.acc.wait_for_everyone()
-
-    def _resume(self, path: str) -> None:
-        """Continue from the newest complete checkpoint under ``path`` (falling back past a corrupt one, logged)."""
-        loaded = ckpt.load_latest(path, log=lambda line: print(line, flush=True) if self.main else None)
-        found, state = loaded["path"], loaded["state"]
-        self._check_resumable(loaded["tensors"]["model"], state.get("config", {}), found)
-        with torch.no_grad():
-            for name, p in self.params.items():
-                p.copy_(loaded["tensors"]["model"][name].to(p.device))
-        if loaded["optimizer_state"] is not None:
-            self.optimizer.load_state_dict(loaded["optimizer_state"])
-        if self.ema is not None and "ema" in loaded["tensors"]:
-            self.ema.load_state_dict(loaded["tensors"]["ema"])
-        if self.reference is not None and "reference" in loaded["tensors"]:
-            self.reference.load_state_dict(loaded["tensors"]["reference"])
-        if self.sampler is not None:  # a checkpoint of a run without one: the sampler starts from the weights
-            saved = loaded["tensors"].get("sampler")
-            self.sampler.load_state_dict(saved if saved is not None else loaded["tensors"]["model"])
-        self.tracker.load_state_dict(state["tracker"])
-        ckpt.set_rng_state(state["rng"])
-        self.start_epoch, self.global_step = state["epoch"] + 1, state["global_step"]
-        self.grad_norm_history = list(state.get("grad_norms", []))
-        if self.main:
-            print(f"resumed from {found} (continuing at epoch {self.start_epoch})", flush=True)
-
-    def _check_resumable(self, weights: dict, saved: dict, found: Path) -> None:
-        """ConfigError explaining a checkpoint whose trainable weights do not fit this model."""
-        missing = sorted(set(self.params) - set(weights))
-        unexpected = sorted(set(weights) - set(self.params))
-        shapes = [k for k in self.params if k in weights and tuple(weights[k].shape) != tuple(self.params[k].shape)]
-        if not (missing or unexpected or shapes):
-            return
-        fields = ("train.use_lora", "train.lora_rank", "train.lora_target_modules", "pretrained.model")
-        differ = []
-        for field in fields:
-            section, key = field.split(".")
-            before, now = saved.get(section, {}).get(key), self.config[section][key]
-            if before is not None and _plain(before) != _plain(now):
-                differ.append(f"{field}={now!r} (the checkpoint's run: {before!r})")
-        detail = (
-            f"{len(missing)} trainable weights missing (e.g. {missing[:1]}), {len(unexpected)} unexpected, "
-            f"{len(shapes)} of another shape"
-            + (
-                f" (e.g. {shapes[0]}: {tuple(weights[shapes[0]].shape)} saved, "
-                f"{tuple(self.params[shapes[0]].shape)} now)"
-                if shapes
-                else ""
-            )
-        )
-        fix = (
-            ("; ".join(differ) + ": resume with the checkpoint's values")
-            if differ
-            else ("check train.use_lora / train.lora_rank / pretrained.model against the resumed run")
-        )
-        raise ConfigError(f"resume_from: checkpoint {found} does not fit this model: {detail}. {fix}")
 
     def export_final(self) -> Path:
-        """Write <run>/final/ atomically: LoRA weights (diffusers format) or a full pipeline."""
-        final = self.run_dir / "final"
+        """``<run>/final/``, written atomically by the main process: never from non-finite weights."""
         self.acc.wait_for_everyone()
-        self.guard.check_weights(self.params, self.config.num_epochs - 1)  # never export non-finite weights
+        self.guard.check_weights(self.params, self.config.num_epochs - 1)
         if self.ema is not None:
             self.guard.check_weights(self.ema.shadow, self.config.num_epochs - 1)
         if self.main:
-            tmp = self.run_dir / f".tmp-final-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            with self._weights_for_eval():
-                if self.config.train.use_lora:
-                    self.policy.save_lora(tmp, self.policy.denoiser)
-                    manifest = {"kind": "lora", "base_model": canonical_model(self.model_path)}
-                else:
-                    self.policy.save_pipeline(tmp)
-                    manifest = {"kind": "full"}
-            manifest["pipeline_class"] = type(self.policy.pipeline).__name__
-            manifest["sampling"] = self.sampling_settings()
-            (tmp / FINAL_MANIFEST).write_text(json.dumps(manifest, indent=2))
-            old = self.run_dir / f".old-final-{os.getpid()}"
-            if final.exists():
-                final.rename(old)
-            tmp.rename(final)
-            shutil.rmtree(old, ignore_errors=True)
-            print(f"final model written to {final}", flush=True)
+            manifest = final_manifest(self.config, self.policy, self.model_path)
+            self.log(f"final model written to {self.state.export(self.policy, manifest, weights=self.hooks.weights)}")
         self.acc.wait_for_everyone()
-        return final
-
-    def sampling_settings(self) -> dict:
-        """How this run evaluates (and scripts/sample.py / evaluate.py sample its output by default)."""
-        s = self.config.sample
-        return {
-            "num_steps": s.eval_num_steps,
-            "guidance_scale": s.guidance_scale,
-            "max_sequence_length": s.max_sequence_length,
-            "resolution": self.policy.resolution,
-            "kernel": self.policy.kernel,
-            "negative_prompt": s.negative_prompt,
-            "image_guidance_scale": s.image_guidance_scale,
-            "train_num_steps": s.num_steps,
-            "noise_level": self.policy.noise_level,
-        }
-
-    def _progress(self, iterable, desc: str):
-        if not (self.main and self.config.logging.progress):
-            return iterable
-        from tqdm.auto import tqdm
-
-        return tqdm(iterable, desc=desc, leave=False)
-
-
-def _plain(value):
-    """A config value in comparable form (tuples and lists alike)."""
-    return list(value) if isinstance(value, (list, tuple)) else value
-
-
-def _shuffle_steps(rollout: Rollout, gen: torch.Generator) -> Rollout:
-    """Permute each sample's trained steps independently (the validity mask moves with them)."""
-    b, k = rollout.train_steps.shape
-    order = torch.argsort(torch.rand(b, k, generator=gen), dim=1).to(rollout.train_steps.device)
-    rollout.train_steps = torch.gather(rollout.train_steps, 1, order)
-    rollout.train_mask = torch.gather(rollout.train_mask, 1, order)
-    return rollout
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
-
-
-def _summary(epoch: int, m: dict) -> str:
-    keys = [
-        "reward/mean",
-        "reward/std",
-        "probe/diff",
-        "train/approx_kl",
-        "train/clipfrac",
-        "train/logp_mismatch",
-        "perf/epoch_s",
-    ]
-    parts = [f"{k.split('/', 1)[1]}={m[k]:.4g}" for k in keys if k in m and m[k] == m[k]]
-    return f"epoch {epoch}: " + " ".join(parts)
+        return self.run_dir / "final"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ddpo_grpo.losses import aggregation_weight, forward_objective, kl_estimator, policy_loss
+from ddpo_grpo.losses import aggregation_weight, clipped_surrogate, forward_objective, kl_estimator
 from ddpo_grpo.rollout import Rollout, transition_inputs
 from ddpo_grpo.seeding import derive_seed
 from ddpo_grpo.weights import snapshot, swapped
@@ -40,11 +40,53 @@ ADVANTAGE_LINEAR = ("grpo", "awm")
 U_EPS = 1e-3
 
 
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What the updaters read from the config, built once (``from_config``); field names are ``train.*``'s."""
+
+    objective: str = "grpo"
+    seed: int = 0
+    beta: float = 0.0
+    clip_range: float = 0.2
+    kl_estimator: str = "gaussian"
+    loss_aggregation: str = "mean"
+    loss_norm_constant: float = 0.0
+    gradient_accumulation_steps: int = 1
+    guidance_scale: float = 1.0  # of the re-scored transitions: sample.guidance_scale with train.cfg, else 1
+    detach_uncond: bool = False  # train.cfg_uncond_grad == "detach"
+    forward_timesteps: int = 4
+    forward_time: str = "uniform"
+    nft_beta: float = 1.0
+    rwr_temperature: float = 1.0
+    adv_clip_max: float = 5.0
+
+    @classmethod
+    def from_config(cls, config) -> UpdateSettings:
+        t = config.train
+        return cls(
+            objective=t.objective,
+            seed=config.seed,
+            beta=t.beta,
+            clip_range=t.clip_range,
+            kl_estimator=t.kl_estimator,
+            loss_aggregation=t.loss_aggregation,
+            loss_norm_constant=t.loss_norm_constant,
+            gradient_accumulation_steps=t.gradient_accumulation_steps,
+            guidance_scale=config.sample.guidance_scale if t.cfg else 1.0,
+            detach_uncond=t.cfg_uncond_grad == "detach",
+            forward_timesteps=t.forward_timesteps,
+            forward_time=t.forward_time,
+            nft_beta=t.nft_beta,
+            rwr_temperature=t.rwr_temperature,
+            adv_clip_max=t.adv_clip_max,
+        )
+
+
 @dataclass
 class UpdateContext:
-    """What an updater needs from the trainer (no circle: the trainer is not handed over)."""
+    """What an updater needs from the run (no circle: the trainer is not handed over)."""
 
-    config: object
+    settings: UpdateSettings
     policy: object
     model: torch.nn.Module  # the (possibly wrapped) denoiser to differentiate
     acc: object  # the accelerate.Accelerator
@@ -55,17 +97,38 @@ class UpdateContext:
     sampler: object | None = None  # the lagging sampling policy (weights.LaggingSampler), when configured
 
 
+class MinibatchResult:
+    """What one minibatch returns: its per-sample statistics in the order they were produced (masked sums, kept
+    as device tensors: no sync per step), the on-policy check and the samples left out of the forward passes."""
+
+    def __init__(self):
+        self.records: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+        self.mismatch = float("nan")  # max |recomputed − stored log-prob| when checked
+        self.counts: dict[str, int] = {}  # e.g. "skipped_samples": zero-advantage samples left out (module docstring)
+
+    def add(self, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
+        self.records.append((name, (values.detach().float() * mask).sum(), mask.sum()))
+
+    def then(self, other: MinibatchResult) -> MinibatchResult:
+        """The result of ``self`` then ``other`` (records in order, counts summed, the last check's mismatch)."""
+        joined = MinibatchResult()
+        joined.records = self.records + other.records
+        joined.mismatch = other.mismatch if other.mismatch == other.mismatch else self.mismatch
+        joined.counts = {k: self.counts.get(k, 0) + other.counts.get(k, 0) for k in {**self.counts, **other.counts}}
+        return joined
+
+
 class Stats:
-    """Masked running sums of per-sample statistics, kept as device tensors (no sync per step)."""
+    """Masked running means of per-sample statistics, folded from minibatch results in order."""
 
     def __init__(self):
         self.sums: dict[str, torch.Tensor] = {}
         self.counts: dict[str, torch.Tensor] = {}
 
-    def add(self, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
-        total = (values.detach().float() * mask).sum()
-        self.sums[name] = self.sums[name] + total if name in self.sums else total
-        self.counts[name] = self.counts[name] + mask.sum() if name in self.counts else mask.sum()
+    def add(self, result: MinibatchResult) -> None:
+        for name, total, count in result.records:
+            self.sums[name] = self.sums[name] + total if name in self.sums else total
+            self.counts[name] = self.counts[name] + count if name in self.counts else count
 
     def mean(self, name: str) -> float:
         if name not in self.sums or float(self.counts[name]) == 0:
@@ -94,43 +157,32 @@ class TransitionUpdate:
 
     def __init__(self, ctx: UpdateContext):
         self.ctx = ctx
-        t = ctx.config.train
-        self.loss_fn, self.kl_fn = policy_loss("clipped"), kl_estimator(t.kl_estimator)
-        self.skipped = 0
-        self.pg_weight = 1.0  # λ_pg of the supervised mixing schedule (supervised.py); 1 without it
+        self.kl_fn = kl_estimator(ctx.settings.kl_estimator)
 
     def prepare(self, epoch: int, rollout: Rollout, advantages: torch.Tensor) -> None:
-        self.skipped = 0
+        """Nothing to prepare: the stored transitions are all this objective needs."""
 
     def minibatch(
-        self,
-        batch: Rollout,
-        adv: torch.Tensor,
-        index: torch.Tensor,
-        *,
-        sync: bool,
-        stats: Stats,
-        inner: Stats,
-        check: bool,
-    ) -> float:
-        """Backward every trained transition of one minibatch; max |recomputed − stored log-prob| when ``check``."""
-        ctx, t, s = self.ctx, self.ctx.config.train, self.ctx.config.sample
-        guidance = s.guidance_scale if t.cfg else 1.0
+        self, batch: Rollout, adv: torch.Tensor, index: torch.Tensor, *, sync: bool, weight: float, check: bool
+    ) -> MinibatchResult:
+        """Backward every trained transition of one minibatch, the loss scaled by ``weight`` (λ_pg of the supervised
+        mixing, 1 without it); with ``check``, the result's mismatch is max |recomputed − stored log-prob|."""
+        ctx, st = self.ctx, self.ctx.settings
+        result = MinibatchResult()
         k_steps = batch.train_steps.shape[1]
-        constant = t.loss_norm_constant or k_steps
-        weight = (
+        constant = st.loss_norm_constant or k_steps
+        scale = (
             aggregation_weight(
-                t.loss_aggregation,
+                st.loss_aggregation,
                 num_samples=len(batch),
                 num_transitions=k_steps,
                 constant=constant,
                 num_valid=int(batch.train_mask.sum()),
             )
-            * self.pg_weight
-            / t.gradient_accumulation_steps
+            * weight
+            / st.gradient_accumulation_steps
         )
-        kept, skipped = _kept(adv, self.name, t.beta)
-        self.skipped += skipped
+        kept, result.counts["skipped_samples"] = _kept(adv, self.name, st.beta)
         batch, adv = batch.select(kept.cpu()), adv[kept]
         dims = math.prod(batch.latents.shape[2:])
         max_diff = torch.zeros((), device=batch.log_probs.device)
@@ -139,37 +191,38 @@ class TransitionUpdate:
             rows = torch.arange(len(batch), device=j.device)
             ref_step = None
             if ctx.reference is not None:  # before the policy forward: see reference.py
-                ref_out = ctx.reference.predict(x, timesteps, batch.cond, guidance, ctx.autocast)
+                ref_out = ctx.reference.predict(x, timesteps, batch.cond, st.guidance_scale, ctx.autocast)
                 ref_step = ctx.policy.step(ref_out, x, args, levels, prev_sample=x_next)
             last = sync and k == k_steps - 1
             with contextlib.nullcontext() if last else ctx.acc.no_sync(ctx.model):
                 with ctx.autocast():
                     out = ctx.policy.predict(
-                        ctx.model, x, timesteps, batch.cond, guidance, detach_uncond=t.cfg_uncond_grad == "detach"
+                        ctx.model, x, timesteps, batch.cond, st.guidance_scale, detach_uncond=st.detach_uncond
                     )
                 step = ctx.policy.step(out, x, args, levels, prev_sample=x_next)
                 old = batch.log_probs[rows, j]  # [B]
-                policy_term, info = self.loss_fn(step.log_prob, old, adv, t.clip_range, dims)
+                policy_term, info = clipped_surrogate(step.log_prob, old, adv, st.clip_range, dims)
                 loss = policy_term
                 if ref_step is not None:
                     dt = args["sigma"] - args["sigma_next"] if "sigma" in args else None
                     kl = self.kl_fn(
                         step.log_prob, ref_step.log_prob, mean=step.mean, ref_mean=ref_step.mean, std=step.std, step=dt
                     )
-                    loss = loss + t.beta * kl
+                    loss = loss + st.beta * kl
                 mask = valid.float()
-                ctx.acc.backward((loss * mask).sum() * weight)
+                ctx.acc.backward((loss * mask).sum() * scale)
             if check:
                 max_diff = torch.maximum(max_diff, ((step.log_prob.detach() - old).abs() * mask).max())
-            stats.add("loss", loss, mask)
-            stats.add("policy_loss", policy_term, mask)
-            stats.add("approx_kl", info["approx_kl"], mask)
-            stats.add("clipfrac", info["clipped"], mask)
-            stats.add("ratio", info["ratio"], mask)
-            inner.add("approx_kl", info["approx_kl"], mask)  # for the KL early stop
+            result.add("loss", loss, mask)
+            result.add("policy_loss", policy_term, mask)
+            result.add("approx_kl", info["approx_kl"], mask)
+            result.add("clipfrac", info["clipped"], mask)
+            result.add("ratio", info["ratio"], mask)
             if ref_step is not None:
-                stats.add("kl", kl, mask)
-        return float(max_diff) if check else float("nan")
+                result.add("kl", kl, mask)
+        if check:
+            result.mismatch = float(max_diff)
+        return result
 
 
 class ForwardUpdate:
@@ -183,29 +236,25 @@ class ForwardUpdate:
 
     def __init__(self, ctx: UpdateContext):
         self.ctx = ctx
-        t = ctx.config.train
-        self.name = t.objective
-        self.objective = forward_objective(t.objective)
-        self.skipped = 0
-        self.pg_weight = 1.0  # λ_pg of the supervised mixing schedule (supervised.py); 1 without it
+        self.name = ctx.settings.objective
+        self.objective = forward_objective(self.name)
 
     def prepare(self, epoch: int, rollout: Rollout, advantages: torch.Tensor) -> None:
         """Noise levels and noise seeds of every sample, the sampling policy's weights, the RWR weights."""
-        cfg, t = self.ctx.config, self.ctx.config.train
-        n, k = len(rollout), t.forward_timesteps
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, epoch, self.ctx.rank, 4))
-        if t.forward_time == "logit_normal":
+        st = self.ctx.settings
+        n, k = len(rollout), st.forward_timesteps
+        gen = torch.Generator().manual_seed(derive_seed(st.seed, epoch, self.ctx.rank, 4))
+        if st.forward_time == "logit_normal":
             u = torch.sigmoid(torch.randn(n, k, generator=gen))  # [n, K]
         else:
             u = (torch.arange(k).float() + torch.rand(n, k, generator=gen)) / k  # [n, K], one per stratum
         self.u = u.clamp(U_EPS, 1 - U_EPS)
-        self.seeds = [derive_seed(cfg.seed, epoch, self.ctx.rank, 5, i) for i in range(n)]
+        self.seeds = [derive_seed(st.seed, epoch, self.ctx.rank, 5, i) for i in range(n)]
         # the sampling policy: the lagging sampler's weights, else this epoch's weights before any update
         self.old = self.ctx.sampler.shadow if self.ctx.sampler is not None else snapshot(self.ctx.params)
-        self.skipped = 0
-        self.options = {"beta": t.nft_beta, "adv_max": t.adv_clip_max if t.adv_clip_max > 0 else 5.0}
+        self.options = {"beta": st.nft_beta, "adv_max": st.adv_clip_max if st.adv_clip_max > 0 else 5.0}
         if self.name == "rwr":
-            w = torch.exp(advantages.float() / t.rwr_temperature)  # [n]
+            w = torch.exp(advantages.float() / st.rwr_temperature)  # [n]
             self.rwr_weights = w / w.mean()
 
     def _noise(self, index: torch.Tensor, k: int, shape, device) -> torch.Tensor:
@@ -216,25 +265,17 @@ class ForwardUpdate:
         return torch.stack(noise).to(device)
 
     def minibatch(
-        self,
-        batch: Rollout,
-        adv: torch.Tensor,
-        index: torch.Tensor,
-        *,
-        sync: bool,
-        stats: Stats,
-        inner: Stats,
-        check: bool,
-    ) -> float:
-        """Backward the objective at K noise levels of every sample of one minibatch (no on-policy check here:
-        ``train/logp_mismatch`` is about stored transitions, which these objectives do not use)."""
-        ctx, t = self.ctx, self.ctx.config.train
-        k_levels = t.forward_timesteps
-        weight = aggregation_weight("mean", num_samples=len(batch), num_transitions=k_levels) * (
-            self.pg_weight / t.gradient_accumulation_steps
+        self, batch: Rollout, adv: torch.Tensor, index: torch.Tensor, *, sync: bool, weight: float, check: bool
+    ) -> MinibatchResult:
+        """Backward the objective at K noise levels of every sample of one minibatch, scaled by ``weight`` (no
+        on-policy check here: ``train/logp_mismatch`` is about stored transitions, which these objectives do not use)."""
+        ctx, st = self.ctx, self.ctx.settings
+        result = MinibatchResult()
+        k_levels = st.forward_timesteps
+        scale = aggregation_weight("mean", num_samples=len(batch), num_transitions=k_levels) * (
+            weight / st.gradient_accumulation_steps
         )
-        kept, skipped = _kept(adv, self.name, t.beta)
-        self.skipped += skipped
+        kept, result.counts["skipped_samples"] = _kept(adv, self.name, st.beta)
         index, adv = index[kept.cpu()], adv[kept]
         x0 = batch.latents[kept, -1]  # [B, ...] the final latents
         cond = {key: v[kept] for key, v in batch.cond.items()}
@@ -263,30 +304,37 @@ class ForwardUpdate:
                     old_pred=old_pred,
                     scale=noised.scale,
                     dims=dims,
-                    clip_range=t.clip_range,
+                    clip_range=st.clip_range,
                     options=options,
                 )
                 loss = term
                 if ref_pred is not None:
                     kl = (pred.float() - ref_pred.float()).square().reshape(len(pred), -1).mean(dim=1)  # [B]
-                    loss = loss + t.beta * kl
-                ctx.acc.backward(loss.sum() * weight)
-            stats.add("loss", loss, mask)
-            stats.add("policy_loss", term, mask)
-            stats.add("matching_loss", info["matching_loss"], mask)
+                    loss = loss + st.beta * kl
+                ctx.acc.backward(loss.sum() * scale)
+            result.add("loss", loss, mask)
+            result.add("policy_loss", term, mask)
+            result.add("matching_loss", info["matching_loss"], mask)
             for key in ("approx_kl", "clipped", "ratio", "drift"):
                 if key in info:
-                    stats.add({"clipped": "clipfrac"}.get(key, key), info[key], mask)
-                    if key == "approx_kl":
-                        inner.add("approx_kl", info[key], mask)
+                    result.add({"clipped": "clipfrac"}.get(key, key), info[key], mask)
             if ref_pred is not None:
-                stats.add("kl", kl, mask)
-        return float("nan")
+                result.add("kl", kl, mask)
+        return result
 
 
 def make_update(ctx: UpdateContext):
     """The updater of ``train.objective``."""
-    return TransitionUpdate(ctx) if ctx.config.train.objective == "grpo" else ForwardUpdate(ctx)
+    return TransitionUpdate(ctx) if ctx.settings.objective == "grpo" else ForwardUpdate(ctx)
 
 
-__all__ = ["ADVANTAGE_LINEAR", "ForwardUpdate", "Stats", "TransitionUpdate", "UpdateContext", "make_update"]
+__all__ = [
+    "ADVANTAGE_LINEAR",
+    "ForwardUpdate",
+    "MinibatchResult",
+    "Stats",
+    "TransitionUpdate",
+    "UpdateContext",
+    "UpdateSettings",
+    "make_update",
+]

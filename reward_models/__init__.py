@@ -6,8 +6,8 @@ Importing this package registers the built-in rewards (cheap: no model weights).
 """
 
 from . import aesthetic, clip_score, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
-from .contract import RewardFactory, RewardFn, coerce_scores, to_pil, to_uint8
-from .registry import REGISTRY, MultiReward, build_reward, load_reward, register
+from .contract import RewardFactory, RewardFn, coerce_scores, per_sample_entries, to_pil, to_uint8
+from .registry import REGISTRY, MultiReward, build_reward, check_reward_spec, load_reward, register
 
 # (importing only registers factories: model weights load when a reward is built)
 
@@ -17,8 +17,10 @@ __all__ = [
     "RewardFactory",
     "RewardFn",
     "build_reward",
+    "check_reward_spec",
     "coerce_scores",
     "load_reward",
+    "per_sample_entries",
     "register",
     "to_pil",
     "to_uint8",

@@ -8,7 +8,7 @@ the same prompts, number of steps, batch size and resolution:
     diffusers call `pipeline(prompt, negative_prompt, num_inference_steps, guidance_scale, height,
     width, output_type="pt", ...)` on the SAME pipeline object (progress bar off). Both encode the
     prompts, run T CFG denoiser passes of batch 2B and decode to tensors. Target ≤ 1.05.
-(b) train pass ÷ bare loop   ``Trainer.train_phase`` (config/quickstart.py:tiny, LoRA) over a rollout from
+(b) train pass ÷ bare loop   ``Trainer.update_phase`` (config/quickstart.py:tiny, LoRA) over a rollout from
     ``Trainer.sample_phase``, against a bare loop over the same minibatches and trained steps:
     ``policy.predict`` with CFG, a trivial loss ``out.float().pow(2).mean()``, ``backward()``, and one
     optimizer step + zero_grad per minibatch. The bare loop's optimizer is a separate AdamW with the
@@ -37,7 +37,7 @@ How to read the table: one row per (model, resolution, measurement). "ours" is o
 the plain reference it is compared with, "ratio" = median over repeats of ours/baseline (1.00 =
 no overhead), "min-max" the spread of the per-repeat ratios (a wide spread = a noisy machine: add
 --repeats or use --threads 1), "target" the ceiling we aim for; "ok" / "MISS" says whether the median
-ratio meets it. Times are seconds per call (one rollout batch / one train_phase).
+ratio meets it. Times are seconds per call (one rollout batch / one update_phase).
 """
 
 from __future__ import annotations
@@ -180,12 +180,15 @@ def bench_rollout(trainer, args) -> dict:
 
 # ---------------------------------------------------------------------------------------- (b)
 def bench_train(trainer, args) -> dict:
-    """Trainer.train_phase vs the bare predict + backward + optimizer-step loop over the same inputs."""
+    """Trainer.update_phase vs the bare predict + backward + optimizer-step loop over the same inputs."""
+    import dataclasses
+
     from ddpo_grpo.rollout import transition_inputs
 
     t, s = trainer.config.train, trainer.config.sample
-    rollout, per_reward, _ = trainer.sample_phase(0)
-    advantages, _ = trainer.advantage_phase(0, per_reward)
+    ep, timing = trainer.sample_phase(0)
+    advantages, _ = trainer.advantage_phase(ep, trainer.reward_phase(ep, timing))
+    rollout = ep.rollout
     guidance = s.guidance_scale if t.cfg else 1.0
     policy, model = trainer.policy, trainer.model
 
@@ -211,7 +214,7 @@ def bench_train(trainer, args) -> dict:
 
     def ours():
         state["epoch"] += 1
-        trainer.train_phase(state["epoch"], rollout, advantages)
+        trainer.update_phase(dataclasses.replace(ep, index=state["epoch"]), advantages)
 
     def baseline():
         model.train()
@@ -291,7 +294,7 @@ def main(argv=None):
                     )
                 if "train" in only:
                     r = bench_train(trainer, args)
-                    results.append((label, "train_phase / bare loop", r, TARGETS["train"]))
+                    results.append((label, "update_phase / bare loop", r, TARGETS["train"]))
                     print(
                         f"  {label}: train done (ratio {r['ratio']:.3f}, {r['number']} call(s) per timed unit; "
                         f"{r['detail']})",

@@ -46,3 +46,9 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def sampled(trainer, epoch: int = 0):
+    """(Epoch, this process's scores per reward) of a trainer's sample and reward phases."""
+    ep, timing = trainer.sample_phase(epoch)
+    return ep, trainer.reward_phase(ep, timing)

@@ -197,9 +197,9 @@ def test_reward_level_vs_advantage_level_aggregation():
     per = {"big": big, "small": small}
     weights = {"big": 1.0, "small": 1.0}
     combined = big + small
-    adv_r, _ = RewardAdvantages(weights, "reward")(prompts, per, combined)
+    adv_r, _ = RewardAdvantages(list(weights), "reward")(prompts, per, combined, weights)
     np.testing.assert_allclose(adv_r, [-1, 1, -1, 1], atol=1e-5)  # the big reward dominates the sum
-    adv_a, stats = RewardAdvantages(weights, "advantage")(prompts, per, combined)
+    adv_a, stats = RewardAdvantages(list(weights), "advantage")(prompts, per, combined, weights)
     np.testing.assert_allclose(adv_a, [0, 0, 0, 0], atol=1e-5)  # equal weights: the normalised rewards cancel
     assert "adv/big/mean" in stats and "adv/small/frac_zero_std" in stats
 
@@ -209,14 +209,15 @@ def test_reward_advantages_nan_means_not_applicable_and_state_roundtrip():
 
     prompts = ["a"] * 4
     per = {"r": np.array([1.0, np.nan, 3.0, 5.0])}
-    tracker = RewardAdvantages({"r": 1.0}, "advantage", mode="buffer", buffer_size=8, min_count=2)
-    adv, _ = tracker(prompts, per, per["r"])
+    tracker = RewardAdvantages(["r"], "advantage", mode="buffer", buffer_size=8, min_count=2)
+    adv, _ = tracker(prompts, per, per["r"], {"r": 1.0})
     assert adv[1] == 0.0 and adv[0] < 0 < adv[3]
-    clone = RewardAdvantages({"r": 1.0}, "advantage", mode="buffer", buffer_size=8, min_count=2)
+    clone = RewardAdvantages(["r"], "advantage", mode="buffer", buffer_size=8, min_count=2)
     clone.load_state_dict(json.loads(json.dumps(tracker.state_dict())))
-    np.testing.assert_array_equal(clone(prompts, per, per["r"])[0], tracker(prompts, per, per["r"])[0])
+    w = {"r": 1.0}
+    np.testing.assert_array_equal(clone(prompts, per, per["r"], w)[0], tracker(prompts, per, per["r"], w)[0])
     with pytest.raises(ValueError, match="reward.aggregation"):
-        RewardAdvantages({"r": 1.0}, "sum")
+        RewardAdvantages(["r"], "sum")
 
 
 @pytest.mark.parametrize("mode", sorted(ADVANTAGE_MODES))

@@ -98,7 +98,7 @@ CASES = [
         "run without a checkpoint yet",
         ["--config.resume_from={tmp}/fresh_run"],
         2,
-        ["resume_from", "no complete checkpoints", "nothing to resume"],
+        ["resume_from", "no complete checkpoints"],
     ),
     ("rerun into an existing run", ["--config.run_name=existing"], 2, ["already holds a run", "resume_from"]),
     ("balanced eval without groups", ["--config.eval.freq=1", "--config.eval.per_group=4"], 2, ["eval.group_by"]),
@@ -115,7 +115,7 @@ CASES = [
 def _setup(tmp: Path) -> None:
     (tmp / "bad.jsonl").write_text('{"prompt": "a"}\n{"prompt": \n')
     (tmp / "fresh_run").mkdir()
-    (tmp / "logs" / "existing").mkdir(parents=True)
+    (tmp / "logs" / "existing" / "final").mkdir(parents=True)  # a finished run's result
     (tmp / "logs" / "existing" / "metrics.jsonl").write_text('{"epoch": 0}\n')
 
 

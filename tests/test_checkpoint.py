@@ -124,7 +124,7 @@ def test_crash_in_replace_keeps_previous(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("simulated crash")
 
-    monkeypatch.setattr(ck.os, "replace", boom)
+    monkeypatch.setattr(ck.files.os, "replace", boom)
     with pytest.raises(OSError, match="simulated"):
         _save(tmp_path, 2, value=2.0)
     _assert_intact(tmp_path, 1, 1.0)
@@ -141,7 +141,7 @@ def test_crash_in_fsync_keeps_previous(tmp_path, monkeypatch):
         calls.append(path)
         raise OSError("disk full")
 
-    monkeypatch.setattr(ck, "_fsync_file", flaky)
+    monkeypatch.setattr(ck.files, "_fsync_file", flaky)
     with pytest.raises(OSError, match="disk full"):
         _save(tmp_path, 2, value=2.0)
     assert calls

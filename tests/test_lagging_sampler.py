@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ddpo_grpo.weights import LaggingSampler
+from tests.conftest import sampled
 from tests.test_objectives import _tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -34,18 +35,18 @@ def test_rollouts_come_from_the_sampler_and_it_is_the_loss_anchor(tmp_path, tiny
     from ddpo_grpo.trainer import Trainer
 
     plain = Trainer(_tiny_config(tmp_path / "a", tiny_dirs["sd3"], "nft"))
-    reference, _, _ = plain.sample_phase(0)
+    reference = plain.sample_phase(0)[0].rollout
     trainer = Trainer(_lagging(tmp_path / "b", tiny_dirs["sd3"]))
     with torch.no_grad():  # move θ far from θ_s (still the initial weights): the rollouts must not change
         for p in trainer.params.values():
             p.add_(0.5)
-    rollout, per_reward, _ = trainer.sample_phase(0)
-    torch.testing.assert_close(rollout.latents, reference.latents)
+    ep, scores = sampled(trainer)
+    torch.testing.assert_close(ep.rollout.latents, reference.latents)
     sampler, trainer.sampler = trainer.sampler, None  # without it the moved θ samples, and differs
-    assert not torch.allclose(trainer.sample_phase(0)[0].latents, reference.latents)
+    assert not torch.allclose(trainer.sample_phase(0)[0].rollout.latents, reference.latents)
     trainer.sampler = sampler
-    advantages, _ = trainer.advantage_phase(0, per_reward)
-    trainer.update.prepare(0, rollout, advantages)
+    advantages, _ = trainer.advantage_phase(ep, scores)
+    trainer.update.prepare(0, ep.rollout, advantages)
     assert trainer.update.old is trainer.sampler.shadow
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from ddpo_grpo.losses import awm_surrogate, nft_loss, rwr_loss
+from tests.conftest import sampled
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -109,11 +110,12 @@ def test_one_pass_favours_high_advantage_samples(objective, tmp_path, tiny_dirs)
     from ddpo_grpo.trainer import Trainer
 
     trainer = Trainer(_tiny_config(tmp_path, tiny_dirs["sd3"], objective))
-    rollout, per_reward, _ = trainer.sample_phase(0)
-    advantages, _ = trainer.advantage_phase(0, per_reward)
+    ep, scores = sampled(trainer)
+    rollout = ep.rollout
+    advantages, _ = trainer.advantage_phase(ep, scores)
     trainer.update.prepare(0, rollout, advantages)
     before = _matching_loglik(trainer, rollout)
-    out = trainer.train_phase(0, rollout, advantages)  # prepares again with the same seeds: the same noise
+    out = trainer.update_phase(ep, advantages)  # prepares again with the same seeds: the same noise
     after = _matching_loglik(trainer, rollout)
     gain = float((advantages.cpu() * (after - before)).sum())
     assert gain > 0, gain
@@ -139,12 +141,13 @@ def test_nft_one_pass_on_the_instructpix2pix_adapter(tmp_path):
     config.prompts.source = str(tmp_path / "rows.jsonl")
     config.reward.fns = {"psnr": 1.0}
     trainer = Trainer(config)
-    rollout, per_reward, _ = trainer.sample_phase(0)
-    advantages, _ = trainer.advantage_phase(0, per_reward)
+    ep, scores = sampled(trainer)
+    rollout = ep.rollout
+    advantages, _ = trainer.advantage_phase(ep, scores)
     assert rollout.cond["image_latents"].shape == rollout.latents[:, -1].shape  # the source latent, per sample
     trainer.update.prepare(0, rollout, advantages)
     before = _matching_loglik(trainer, rollout)
-    out = trainer.train_phase(0, rollout, advantages)
+    out = trainer.update_phase(ep, advantages)
     after = _matching_loglik(trainer, rollout)
     assert float((advantages.cpu() * (after - before)).sum()) > 0
     assert out["train/matching_loss"] > 0 and out["train/grad_norm"] > 0
@@ -175,23 +178,17 @@ def test_zero_advantage_samples_are_skipped_without_changing_the_gradient(tmp_pa
 
     config = _tiny_config(tmp_path, tiny_dirs["sd3"], "grpo", **{"sample.noise_level": 0.7})
     trainer = Trainer(config)
-    rollout, per_reward, _ = trainer.sample_phase(0)
+    rollout = trainer.sample_phase(0)[0].rollout
     advantages = torch.tensor([1.0, 0.0, -2.0, 0.0, 0.5, 0.0, 0.0, 1.5])
 
     def grads(skip: bool):
         monkeypatch.setattr(updates, "ADVANTAGE_LINEAR", ("grpo", "awm") if skip else ())
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.update.prepare(0, rollout, advantages)
-        trainer.update.minibatch(
-            rollout,
-            advantages,
-            torch.arange(len(rollout)),
-            sync=True,
-            stats=updates.Stats(),
-            inner=updates.Stats(),
-            check=False,
+        result = trainer.update.minibatch(
+            rollout, advantages, torch.arange(len(rollout)), sync=True, weight=1.0, check=False
         )
-        return {k: p.grad.clone() for k, p in trainer.params.items()}, trainer.update.skipped
+        return {k: p.grad.clone() for k, p in trainer.params.items()}, result.counts["skipped_samples"]
 
     full, none_skipped = grads(False)
     skipped, count = grads(True)

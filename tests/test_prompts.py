@@ -117,8 +117,8 @@ class _FakePolicy:
 
     device = torch.device("cpu")
 
-    def encode_prompts(self, prompts, negative_prompt=""):
-        return {"emb": torch.zeros(len(prompts), 2), "neg_emb": torch.zeros(len(prompts), 2)}
+    def encode_rows(self, rows, negative_prompt=""):
+        return {"emb": torch.zeros(len(rows), 2), "neg_emb": torch.zeros(len(rows), 2)}
 
     def schedule(self, num_steps):
         from ddpo_grpo.policies.base import Schedule

@@ -81,7 +81,7 @@ def test_staged_schedule_supervised_only_then_mixed(tmp_path, tiny_ip2p):
         assert r["train/sup_loss"] > 0 and r["train/consistency_loss"] >= 0
     # the epoch's samples whose row has no ground truth are skipped for the supervised term and counted
     for epoch, r in enumerate(rows):
-        drawn, items = trainer.epoch_items(epoch)
+        drawn, items = trainer.epoch_rows(epoch)
         assert r["train/sup_skipped"] == sum("ground_truth" not in drawn[g] for g, _ in items)
     assert sum(r["train/sup_skipped"] for r in rows) > 0
 
@@ -89,16 +89,16 @@ def test_staged_schedule_supervised_only_then_mixed(tmp_path, tiny_ip2p):
 def test_supervised_gradient_matches_a_hand_computation(tmp_path, tiny_ip2p):
     from ddpo_grpo.seeding import derive_seed
     from ddpo_grpo.trainer import Trainer
-    from ddpo_grpo.updates import U_EPS, Stats
+    from ddpo_grpo.updates import U_EPS
 
     trainer = Trainer(_config(tmp_path, tiny_ip2p, _rows_file(tmp_path, n=4, with_truth=3)))
     rows = [dict(r) for r in trainer.rows]
     term, policy = trainer.supervised, trainer.policy
     trainer.optimizer.zero_grad(set_to_none=True)
-    term.backward(rows, lam_sup=2.0, epoch=5, sync=True, stats=Stats())
+    term.backward(rows, lam_sup=2.0, epoch=5, key=(1, 8), sync=True)
     got = {k: p.grad.clone() for k, p in trainer.params.items()}
 
-    gen = torch.Generator().manual_seed(derive_seed(trainer.config.seed, 5, 0, 6, 0))
+    gen = torch.Generator().manual_seed(derive_seed(trainer.config.seed, 5, 0, 6, 1, 8))
     batch = policy.supervised_batch(rows, key="ground_truth", generator=gen)
     assert batch.skipped == 1 and batch.index.tolist() == [0, 1, 2]
     u = torch.rand(3, generator=gen).clamp(U_EPS, 1 - U_EPS)

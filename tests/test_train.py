@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import REPO, sampled
 
 REQUIRED_KEYS = {
     "epoch",
@@ -276,9 +276,10 @@ def test_update_moves_log_probs_toward_positive_advantages(tmp_path, tiny_dirs):
         tmp_path, tiny_dirs["sd3"], **{"num_epochs": 1, "train.learning_rate": 1e-3, "train.clip_range": 1.0}
     )
     trainer = Trainer(config)
-    rollout, per_reward, _ = trainer.sample_phase(0)
-    advantages, _ = trainer.advantage_phase(0, per_reward)
-    trainer.train_phase(0, rollout, advantages)
+    ep, scores = sampled(trainer)
+    advantages, _ = trainer.advantage_phase(ep, scores)
+    trainer.update_phase(ep, advantages)
+    rollout = ep.rollout
     gain = 0.0
     with torch.no_grad():
         for k in range(rollout.train_steps.shape[1]):
@@ -296,7 +297,7 @@ def test_group_members_share_initial_noise_when_asked(tmp_path, tiny_dirs):
     config = _config(
         tmp_path, tiny_dirs["sd3"], **{"sample.share_group_noise": True, "sample.num_batches_per_epoch": 1}
     )
-    rollout, _, _ = Trainer(config).sample_phase(0)
+    rollout = Trainer(config).sample_phase(0)[0].rollout
     x0 = rollout.latents[:, 0]  # [4, C, h, w]: one group of 4
     assert all(torch.equal(x0[0], x0[i]) for i in range(1, 4))
     assert not torch.equal(rollout.latents[0, -1], rollout.latents[1, -1])  # SDE noise still differs
@@ -308,10 +309,11 @@ def test_repeated_prompt_groups_with_shared_noise_stay_apart(tmp_path, tiny_dirs
     from ddpo_grpo.trainer import Trainer
 
     trainer = Trainer(_config(tmp_path, tiny_dirs["sd3"], **{"sample.share_group_noise": shared}))
-    rows, items = trainer.epoch_items(0)
-    trainer.epoch_items = lambda epoch: ([rows[0]] * len(rows), items)  # both groups draw one prompt
+    rows, _ = trainer.epoch_rows(0)
+    trainer.prompt_sampler.draw = lambda epoch, n: [rows[0]] * n  # both groups draw one prompt
+    ep = trainer.sample_phase(0)[0]
     per_reward = {"jpeg_compressibility": np.array([1.0] * 4 + [0.0] * 4)}  # group 0 all 1, group 1 all 0
-    advantages, stats = trainer.advantage_phase(0, per_reward)
+    advantages, stats = trainer.advantage_phase(ep, per_reward)
     assert stats["adv/num_groups"] == (2 if shared else 1)
     if shared:
         assert torch.all(advantages == 0)
@@ -325,8 +327,7 @@ def test_async_reward_scoring_gives_the_same_scores(tmp_path, tiny_dirs):
     scores = {}
     for workers in (0, 2):
         config = _config(tmp_path / str(workers), tiny_dirs["sd3"], **{"reward.num_workers": workers})
-        _, per_reward, _ = Trainer(config).sample_phase(0)
-        scores[workers] = per_reward["jpeg_compressibility"]
+        scores[workers] = sampled(Trainer(config))[1]["jpeg_compressibility"]
     assert len(scores[0]) == 8
     np.testing.assert_array_equal(scores[0], scores[2])
 

@@ -127,7 +127,7 @@ def images(row: dict) -> tuple[np.ndarray, np.ndarray]:
     """``(source_image, ground_truth)`` of a JSON row, uint8 ``[3, 64, 64]`` each (deterministic)."""
     import torch
 
-    from ddpo_grpo.degradations import degrade
+    from worlds.shapes_i2i.degradations import degrade
 
     if row.get("task") == "restore":
         clean = render_chw(from_rows(row["scene"]))

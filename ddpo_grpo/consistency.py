@@ -1,4 +1,7 @@
-"""Image degradations D: the simulation that makes restoration data and the operator a consistency loss uses.
+"""Degradation operators D of the data-consistency loss ‖D(x̂) − y‖² (the supervised term's, ``supervised.py``).
+
+The simulation that makes restoration data from the same specs (noise, JPEG, …) is the restoration world's
+(``worlds/shapes_i2i/degradations.py``); this module holds the spec language and the differentiable operators.
 
 A degradation is named by a *spec*: a dict ``{"kind": ..., <parameter>: ...}`` (what dataset rows store in
 their ``degradation`` field), a string ``"kind:value"`` (config fields, e.g. ``train.degradation``), or a
@@ -18,7 +21,7 @@ kind           parameter       simulation ``degrade(x)`` (data)                 
                (1 ≤ q ≤ 95)
 =============  ==============  ===============================================================  ==============
 
-Images are float ``[B, 3, H, W]`` in ``[0, 1]``. :func:`degrade` is the simulation (noise and JPEG are
+Images are float ``[B, 3, H, W]`` in ``[0, 1]``. The world's ``degrade`` is the simulation (noise and JPEG are
 not differentiable; JPEG runs on uint8 through PIL); :func:`operator` is the differentiable ``D`` of a
 data-consistency term ``‖D(x̂) − y‖²``. For ``noise`` the operator is the identity: with zero-mean noise
 ``E‖x̂ − y‖² = ‖x̂ − x‖² + const`` (clamping at 0 and 1 aside), so the identity is D in expectation. For
@@ -29,12 +32,10 @@ ShapesWorld renders by a few grey levels away from edges; a differentiable JPEG 
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -168,41 +169,6 @@ def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
     return F.conv2d(out, k.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)  # along H
 
 
-def add_noise(x: torch.Tensor, sigma: float, generator: torch.Generator | None = None) -> torch.Tensor:
-    """``clamp(x + σ·n, 0, 1)`` with ``n ~ N(0, I)`` drawn on the CPU from ``generator`` (reproducible anywhere)."""
-    n = torch.randn(x.shape, generator=generator, dtype=torch.float32).to(device=x.device, dtype=x.dtype)
-    return (x + sigma * n).clamp(0.0, 1.0)
-
-
-def jpeg(x: torch.Tensor, quality: int) -> torch.Tensor:
-    """Round-trip ``x`` [B, 3, H, W] in [0, 1] through PIL JPEG at ``quality`` (uint8 in between)."""
-    from PIL import Image
-
-    arr = (x.detach().clamp(0, 1) * 255.0).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-    out = []
-    for img in arr:
-        buf = io.BytesIO()
-        Image.fromarray(img).save(buf, format="JPEG", quality=int(quality))
-        buf.seek(0)
-        with Image.open(buf) as decoded:
-            out.append(torch.from_numpy(np.asarray(decoded.convert("RGB")).copy()))
-    return torch.stack(out).permute(0, 3, 1, 2).to(device=x.device, dtype=x.dtype) / 255.0
-
-
-def degrade(x: torch.Tensor, spec: Spec, generator: torch.Generator | None = None) -> torch.Tensor:
-    """The simulation of ``spec`` on images ``x`` [B, 3, H, W] in [0, 1] (data generation); float, in [0, 1]."""
-    for step in parse(spec):
-        if step.kind == "downsample":
-            x = downsample(x, step.value).clamp(0.0, 1.0)
-        elif step.kind == "blur":
-            x = gaussian_blur(x, step.value)
-        elif step.kind == "noise":
-            x = add_noise(x, step.value, generator)
-        elif step.kind == "jpeg":
-            x = jpeg(x, int(step.value))
-    return x
-
-
 def operator(spec: Spec) -> Callable[[torch.Tensor], torch.Tensor]:
     """The differentiable D of ``spec`` for a consistency loss (noise and JPEG: identity; module docstring)."""
     steps = [s for s in parse(spec) if s.kind not in IDENTITY_IN_LOSS]
@@ -250,12 +216,9 @@ __all__ = [
     "IDENTITY_IN_LOSS",
     "KINDS",
     "Degradation",
-    "add_noise",
     "consistency_loss",
-    "degrade",
     "downsample",
     "gaussian_blur",
-    "jpeg",
     "name",
     "operator",
     "parse",

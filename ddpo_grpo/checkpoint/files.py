@@ -1,4 +1,4 @@
-"""Atomic training checkpoints.
+"""Atomic checkpoint directories: write, find, load (the files; what a run puts in them is ``run_state.py``).
 
 Layout::
 
@@ -26,14 +26,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ddpo_grpo.errors import UserError
 
@@ -43,8 +39,8 @@ OPTIMIZER_FILE = "optimizer.pt"
 TENSOR_SUFFIX = ".safetensors"
 _CKPT_RE = re.compile(r"^epoch_(\d+)$")
 _STEM_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_TMP_PREFIX = ".tmp-"
-_OLD_PREFIX = ".old-"
+TMP_PREFIX = ".tmp-"
+OLD_PREFIX = ".old-"
 
 PathLike = str | os.PathLike
 FILES_KEY = "_files"  # state.json entry: file name -> size in bytes, of every other file of the checkpoint
@@ -91,6 +87,25 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(root: Path) -> None:
+    """Flush every file under ``root`` and every directory entry to disk (before ``move_into_place``)."""
+    for path in sorted(Path(root).rglob("*"), reverse=True):
+        if path.is_file():
+            _fsync_file(path)
+        else:
+            _fsync_dir(path)
+    _fsync_dir(Path(root))
+
+
+def leftovers(run_dir: PathLike) -> list[Path]:
+    """Hidden ``.tmp-*`` / ``.old-*`` directories a killed run left in ``run_dir`` and its ``checkpoints/``."""
+    found = []
+    for root in (Path(run_dir), Path(run_dir) / CHECKPOINTS_DIRNAME):
+        if root.is_dir():
+            found += sorted(p for p in root.iterdir() if p.name.startswith((TMP_PREFIX, OLD_PREFIX)))
+    return found
+
+
 def _is_complete(path: Path) -> bool:
     return path.is_dir() and _CKPT_RE.match(path.name) is not None and (path / STATE_FILE).is_file()
 
@@ -113,11 +128,11 @@ def _cleanup_leftovers(root: Path) -> None:
     away and moving its replacement in; it is complete, so it is put back.
     """
     for p in root.iterdir():
-        if p.name.startswith(_TMP_PREFIX):
+        if p.name.startswith(TMP_PREFIX):
             shutil.rmtree(p, ignore_errors=True)
     for p in root.iterdir():
-        if p.name.startswith(_OLD_PREFIX):
-            name = p.name[len(_OLD_PREFIX) :].rsplit("-", 1)[0]
+        if p.name.startswith(OLD_PREFIX):
+            name = p.name[len(OLD_PREFIX) :].rsplit("-", 1)[0]
             target = root / name
             if _CKPT_RE.match(name) and not target.exists() and (p / STATE_FILE).is_file():
                 os.rename(p, target)
@@ -127,7 +142,7 @@ def _cleanup_leftovers(root: Path) -> None:
 
 def _remove_dir_safely(path: Path) -> None:
     """Delete a checkpoint dir by first renaming it to a hidden name, so it vanishes atomically."""
-    doomed = path.parent / f"{_TMP_PREFIX}del-{path.name}-{os.getpid()}"
+    doomed = path.parent / f"{TMP_PREFIX}del-{path.name}-{os.getpid()}"
     os.rename(path, doomed)
     shutil.rmtree(doomed, ignore_errors=True)
 
@@ -221,12 +236,15 @@ def _check_finite_state(obj: Any, where: str) -> None:
             _check_finite_state(value, f"{where}[{i}]")
 
 
-def _move_into_place(tmp: Path, final: Path) -> None:
-    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first and deleted after."""
+def move_into_place(tmp: Path, final: Path) -> None:
+    """Rename the complete directory ``tmp`` to ``final``, atomically for readers: an existing ``final`` is moved
+    aside first (rolled back if the rename fails) and deleted after; the parent directory entry is fsynced.
+    Every write of a run directory that must never be half-done (checkpoints, ``final/``) ends with it."""
     if not final.exists():
         os.replace(tmp, final)
+        _fsync_dir(final.parent)
         return
-    old = final.parent / f"{_OLD_PREFIX}{final.name}-{os.getpid()}"
+    old = final.parent / f"{OLD_PREFIX}{final.name}-{os.getpid()}"
     if old.exists():
         shutil.rmtree(old)
     os.rename(final, old)
@@ -264,12 +282,12 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     _cleanup_leftovers(root)
     name = _ckpt_name(epoch)
-    tmp = root / f"{_TMP_PREFIX}{name}-{os.getpid()}"
+    tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
     tmp.mkdir()
     try:
         _write_contents(tmp, epoch, tensors, optimizer_state, state)
         final = root / name
-        _move_into_place(tmp, final)
+        move_into_place(tmp, final)
         _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # best effort; a hard crash leaves it for the next save
@@ -301,7 +319,7 @@ def find_checkpoint(path: PathLike) -> Path:
         raise ValueError(f"checkpoint path {str(p)!r} is a file, not a directory; {expected}")
     if (p / STATE_FILE).is_file():
         return p
-    if _CKPT_RE.match(p.name) or p.name.startswith((_TMP_PREFIX, _OLD_PREFIX)):
+    if _CKPT_RE.match(p.name) or p.name.startswith((TMP_PREFIX, OLD_PREFIX)):
         raise ValueError(f"checkpoint dir {str(p)!r} has no {STATE_FILE}: it is incomplete; use an earlier checkpoint")
     found = list_checkpoints(p)
     if not found:
@@ -378,95 +396,3 @@ def load_latest(path: PathLike, log=print) -> dict[str, Any]:
                 )
         return loaded
     raise AssertionError("unreachable")
-
-
-# ---------------------------------------------------------------------------
-# RNG state
-# ---------------------------------------------------------------------------
-
-
-def rng_state() -> dict[str, Any]:
-    """JSON-serialisable snapshot of python ``random``, numpy global, torch CPU (and CUDA) RNGs."""
-    import torch
-
-    py_version, py_internal, py_gauss = random.getstate()
-    np_name, np_keys, np_pos, np_has_gauss, np_cached = np.random.get_state()
-    out: dict[str, Any] = {
-        "python": [py_version, list(py_internal), py_gauss],
-        "numpy": [np_name, np.asarray(np_keys).tolist(), int(np_pos), int(np_has_gauss), float(np_cached)],
-        "torch": torch.get_rng_state().tolist(),
-    }
-    if torch.cuda.is_available():
-        out["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
-    return out
-
-
-def set_rng_state(d: dict[str, Any]) -> None:
-    """Restore RNG states captured by :func:`rng_state` (missing entries are left alone)."""
-    import torch
-
-    if "python" in d:
-        version, internal, gauss = d["python"]
-        random.setstate((version, tuple(internal), gauss))
-    if "numpy" in d:
-        name, keys, pos, has_gauss, cached = d["numpy"]
-        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)))
-    if "torch" in d:
-        torch.set_rng_state(torch.tensor(d["torch"], dtype=torch.uint8))
-    if "cuda" in d and torch.cuda.is_available():
-        states = d["cuda"]
-        n = torch.cuda.device_count()
-        if len(states) != n:
-            warnings.warn(
-                f"checkpoint has CUDA RNG states for {len(states)} devices, this machine has {n}; "
-                f"restoring the first {min(n, len(states))}",
-                stacklevel=2,
-            )
-        for i, s in enumerate(states[:n]):
-            torch.cuda.set_rng_state(torch.tensor(s, dtype=torch.uint8), device=i)
-
-
-# ---------------------------------------------------------------------------
-# state dicts whose keys do not match exactly
-# ---------------------------------------------------------------------------
-
-
-def load_state_dict_checked(
-    module, state_dict: dict[str, Any], *, strict: bool = True, source: str = "state dict"
-) -> dict[str, Any]:
-    """Load ``state_dict`` into ``module``, reporting every key that does not match; refused unless ``strict=False``.
-
-    Compares the keys and shapes of ``state_dict`` with ``module.state_dict()``:
-
-    * ``missing``: the module's keys the state dict lacks (they keep their current values);
-    * ``unexpected``: the state dict's keys the module does not have (ignored);
-    * ``mismatched``: keys of both whose shapes differ, as ``(key, shape in state dict, shape in module)``
-      (not loaded: e.g. a 4-channel ``conv_in`` of a text-to-image UNet into an 8-channel image-conditioned one).
-
-    ``strict=True`` (default) raises ``ValueError`` naming ``source``, the counts and the first keys of each
-    kind unless all three are empty, and loads nothing; ``strict=False`` loads every matching key and returns
-    the report. Returns ``{"loaded": [keys], "missing": [...], "unexpected": [...], "mismatched": [...]}``.
-    """
-    own = module.state_dict()
-    missing = sorted(k for k in own if k not in state_dict)
-    unexpected = sorted(k for k in state_dict if k not in own)
-    mismatched = sorted(
-        (k, tuple(state_dict[k].shape), tuple(own[k].shape))
-        for k in state_dict
-        if k in own and tuple(state_dict[k].shape) != tuple(own[k].shape)
-    )
-    bad = {k for k, _, _ in mismatched}
-    loadable = {k: v for k, v in state_dict.items() if k in own and k not in bad}
-    report = {"loaded": sorted(loadable), "missing": missing, "unexpected": unexpected, "mismatched": mismatched}
-    if strict and (missing or unexpected or mismatched):
-        parts = []
-        for label, items in (("missing", missing), ("unexpected", unexpected), ("shape-mismatched", mismatched)):
-            if items:
-                shown = ", ".join(f"{i[0]} {i[1]}→{i[2]}" if isinstance(i, tuple) else i for i in items[:5])
-                parts.append(f"{len(items)} {label} ({shown}{', …' if len(items) > 5 else ''})")
-        raise ValueError(
-            f"{source} does not match {type(module).__name__}: {'; '.join(parts)}. Load it with "
-            f"strict=False to take the {len(loadable)} matching keys and keep the others as they are"
-        )
-    module.load_state_dict(loadable, strict=False)
-    return report

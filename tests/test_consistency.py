@@ -1,10 +1,12 @@
-"""Degradations D (ddpo_grpo/degradations.py): specs, the simulation, the differentiable loss operator."""
+"""Degradations: specs and the differentiable loss operator (ddpo_grpo/consistency.py), the simulation of
+restoration data (worlds/shapes_i2i/degradations.py)."""
 
 import numpy as np
 import pytest
 import torch
 
-from ddpo_grpo import degradations as D
+from ddpo_grpo import consistency as D
+from worlds.shapes_i2i import degradations as W
 
 
 def _img(seed=0, b=2, side=32):
@@ -39,7 +41,7 @@ def test_bad_specs(spec, message):
 def test_downsample_and_blur_are_exact_and_differentiable():
     flat = torch.full((1, 3, 20, 20), 0.3)
     for spec in ("downsample:2", "downsample:3", "blur:1.5"):
-        torch.testing.assert_close(D.degrade(flat, spec), flat)  # a constant image is unchanged
+        torch.testing.assert_close(W.degrade(flat, spec), flat)  # a constant image is unchanged
     x = _img()
     small = torch.nn.functional.avg_pool2d(x, 2)
     ups = torch.nn.functional.interpolate(small, size=(32, 32), mode="bilinear", align_corners=False)
@@ -48,19 +50,19 @@ def test_downsample_and_blur_are_exact_and_differentiable():
     assert blurred.shape == x.shape and blurred.std() < x.std()
     torch.testing.assert_close(blurred.mean(dim=(2, 3)), x.mean(dim=(2, 3)), atol=2e-2, rtol=0)
     x_hat = x.clone().requires_grad_(True)
-    D.consistency_loss(x_hat, D.degrade(x, "blur:1"), "blur:1").sum().backward()  # D(x) = y: zero loss and gradient
+    D.consistency_loss(x_hat, W.degrade(x, "blur:1"), "blur:1").sum().backward()  # D(x) = y: zero loss and gradient
     assert x_hat.grad.abs().max() < 1e-6
 
 
 def test_noise_and_jpeg_simulation_and_identity_operator():
     x = _img(1)
-    a = D.degrade(x, "noise:0.1", generator=torch.Generator().manual_seed(5))
-    b = D.degrade(x, "noise:0.1", generator=torch.Generator().manual_seed(5))
+    a = W.degrade(x, "noise:0.1", generator=torch.Generator().manual_seed(5))
+    b = W.degrade(x, "noise:0.1", generator=torch.Generator().manual_seed(5))
     torch.testing.assert_close(a, b)
     assert 0.05 < (a - x).std() < 0.11 and a.min() >= 0 and a.max() <= 1
     smooth = torch.zeros(1, 3, 32, 32)
     smooth[:, 0, 8:24, 8:24] = 1.0  # a red square on black: JPEG changes it by a few levels
-    j = D.degrade(smooth, "jpeg:90")
+    j = W.degrade(smooth, "jpeg:90")
     assert j.shape == smooth.shape and 0 < (j - smooth).abs().mean() < 0.02
     assert torch.equal(D.operator("noise:0.1")(x), x) and torch.equal(D.operator("jpeg:10")(x), x)
 

@@ -1,0 +1,177 @@
+"""A run's state: what a checkpoint holds, how a run resumes from one, and the export of its result to final/.
+
+A checkpoint of epoch e (``files.save_checkpoint``, atomic) holds
+
+    model.safetensors      the trainable weights (LoRA factors, or the whole denoiser), float32
+    ema / reference / sampler.safetensors   the EMA, the reference's own weights, the lagging sampler (when used)
+    optimizer.pt           the optimizer state
+    state.json             epoch, global_step, the recent gradient norms (``optim.OptimizerStep``), the stat
+                           tracker (``advantages``), every RNG of the process, and the config
+
+and resuming from it replays epochs e + 1, … exactly as the uninterrupted run would have (every random stream of
+an epoch derives from the seed and the epoch; the RNG state covers the rest).
+
+``final/`` is written once, at the end, through the same atomic move into place as a checkpoint: the LoRA layers in
+diffusers' format (``Pipeline.from_pretrained(base).load_lora_weights(final)``) or the complete pipeline, and the
+manifest ``ddpo_grpo_final.json`` (kind, base model, pipeline class, the run's sampling settings).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from ddpo_grpo.checkpoint.files import TMP_PREFIX, fsync_tree, load_latest, move_into_place, save_checkpoint
+from ddpo_grpo.checkpoint.rng import rng_state, set_rng_state
+from ddpo_grpo.errors import ConfigError
+
+#: config fields whose change makes a checkpoint's trainable weights not fit the model
+WEIGHT_FIELDS = ("train.use_lora", "train.lora_rank", "train.lora_target_modules", "pretrained.model")
+
+
+class RunState:
+    """Save, resume and export the trainable state of a run (module docstring).
+
+    ``weights``: ``components.Weights`` — the trainable params, and the ``train.ema`` average, the lagging sampler and
+    the reference (objects with ``state_dict`` / ``load_state_dict``; None when not used).
+    """
+
+    def __init__(self, run_dir: Path, config, weights, optimizer, step, tracker):
+        self.run_dir, self.config, self.params = Path(run_dir), config, weights.params
+        self.optimizer, self.step, self.tracker = optimizer, step, tracker
+        self.ema, self.reference, self.sampler = weights.ema, weights.reference, weights.sampler
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+    def save(self, epoch: int) -> Path:
+        """The checkpoint of epoch ``epoch`` (main process only)."""
+        tensors = {"model": {k: p.detach().float().cpu() for k, p in self.params.items()}}
+        if self.ema is not None:
+            tensors["ema"] = self.ema.state_dict()
+        if self.reference is not None and self.reference.state_dict():
+            tensors["reference"] = self.reference.state_dict()
+        if self.sampler is not None:
+            tensors["sampler"] = self.sampler.state_dict()
+        state = {
+            "epoch": epoch,
+            **self.step.state_dict(),
+            "tracker": self.tracker.state_dict(),
+            "rng": rng_state(),
+            "config": json.loads(self.config.to_json()),
+        }
+        return save_checkpoint(
+            self.run_dir,
+            epoch,
+            tensors=tensors,
+            optimizer_state=self.optimizer.state_dict(),
+            state=state,
+            keep_last=self.config.num_checkpoint_limit or None,
+        )
+
+    def resume(self, path, log=print) -> int:
+        """Restore the newest complete checkpoint under ``path`` (falling back past a corrupt one, logged);
+        return the epoch to continue at."""
+        loaded = load_latest(path, log=log)
+        found, state = loaded["path"], loaded["state"]
+        self.check_fits(loaded["tensors"]["model"], state.get("config", {}), found)
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(loaded["tensors"]["model"][name].to(p.device))
+        if loaded["optimizer_state"] is not None:
+            self.optimizer.load_state_dict(loaded["optimizer_state"])
+        if self.ema is not None and "ema" in loaded["tensors"]:
+            self.ema.load_state_dict(loaded["tensors"]["ema"])
+        if self.reference is not None and "reference" in loaded["tensors"]:
+            self.reference.load_state_dict(loaded["tensors"]["reference"])
+        if self.sampler is not None:  # a checkpoint of a run without one: the sampler starts from the weights
+            saved = loaded["tensors"].get("sampler")
+            self.sampler.load_state_dict(saved if saved is not None else loaded["tensors"]["model"])
+        self.tracker.load_state_dict(state["tracker"])
+        set_rng_state(state["rng"])
+        self.step.load_state_dict(state)
+        log(f"resumed from {found} (continuing at epoch {state['epoch'] + 1})")
+        return state["epoch"] + 1
+
+    def check_fits(self, weights: dict, saved: dict, found: Path) -> None:
+        """ConfigError explaining a checkpoint whose trainable weights do not fit this model."""
+        missing = sorted(set(self.params) - set(weights))
+        unexpected = sorted(set(weights) - set(self.params))
+        shapes = [k for k in self.params if k in weights and tuple(weights[k].shape) != tuple(self.params[k].shape)]
+        if not (missing or unexpected or shapes):
+            return
+        differ = []
+        for field in WEIGHT_FIELDS:
+            section, key = field.split(".")
+            before, now = saved.get(section, {}).get(key), self.config[section][key]
+            if before is not None and _plain(before) != _plain(now):
+                differ.append(f"{field}={now!r} (the checkpoint's run: {before!r})")
+        detail = (
+            f"{len(missing)} trainable weights missing (e.g. {missing[:1]}), {len(unexpected)} unexpected, "
+            f"{len(shapes)} of another shape"
+        )
+        if shapes:
+            k = shapes[0]
+            detail += f" (e.g. {k}: {tuple(weights[k].shape)} saved, {tuple(self.params[k].shape)} now)"
+        fix = (
+            ("; ".join(differ) + ": resume with the checkpoint's values")
+            if differ
+            else "check train.use_lora / train.lora_rank / pretrained.model against the resumed run"
+        )
+        raise ConfigError(f"resume_from: checkpoint {found} does not fit this model: {detail}. {fix}")
+
+    # ---- the result -----------------------------------------------------------------------------
+    def export(self, policy, manifest: dict, weights=contextlib.nullcontext) -> Path:
+        """Write ``<run>/final/`` atomically (main process only): the LoRA layers or the whole pipeline, under the
+        ``weights()`` context (e.g. the EMA applied), and the manifest."""
+        from ddpo_grpo.policies import FINAL_MANIFEST
+
+        final = self.run_dir / "final"
+        tmp = self.run_dir / f"{TMP_PREFIX}final-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            with weights():
+                if manifest["kind"] == "lora":
+                    policy.save_lora(tmp, policy.denoiser)
+                else:
+                    policy.save_pipeline(tmp)
+            (tmp / FINAL_MANIFEST).write_text(json.dumps(manifest, indent=2))
+            fsync_tree(tmp)
+            move_into_place(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+
+def final_manifest(config, policy, model_path: str) -> dict:
+    """The manifest of ``final/``: kind (lora | full), base model, pipeline class and the run's sampling settings
+    (how it evaluates; scripts/sample.py and evaluate.py sample a run's output with them by default)."""
+    from ddpo_grpo.policies import canonical_model
+
+    s = config.sample
+    manifest = (
+        {"kind": "lora", "base_model": canonical_model(model_path)} if config.train.use_lora else {"kind": "full"}
+    )
+    manifest["pipeline_class"] = type(policy.pipeline).__name__
+    manifest["sampling"] = {
+        "num_steps": s.eval_num_steps,
+        "guidance_scale": s.guidance_scale,
+        "max_sequence_length": s.max_sequence_length,
+        "resolution": policy.resolution,
+        "kernel": policy.kernel,
+        "negative_prompt": s.negative_prompt,
+        "image_guidance_scale": s.image_guidance_scale,
+        "train_num_steps": s.num_steps,
+        "noise_level": policy.noise_level,
+    }
+    return manifest
+
+
+def _plain(value):
+    """A config value in comparable form (tuples and lists alike)."""
+    return list(value) if isinstance(value, (list, tuple)) else value

@@ -1,0 +1,314 @@
+"""Setting a run up: every part the epoch loop uses, built once from the config.
+
+The order refuses bad input before anything is written: the config's fields and cross-field constraints
+(``config_checks``), files on disk, the rewards, the prompt sources, the model and its policy adapter (kernel,
+noise level, resolution) — and only then the run directory. Each builder below makes one part:
+
+    accelerator(config, given)            the accelerate.Accelerator (CPU processes with gloo when no GPU)
+    build_rewards(config)                 the training reward (``reward.fns``) and the evaluation reward
+    build_prompts(config)                 the prompt rows and the epoch's prompt sampler
+    build_policy_for(config, acc)         the pipeline (or the tiny one) and its policy adapter
+    build_weights(config, policy)         trainable weights, EMA, lagging sampler, reference
+    build_update(...)                     the objective's updater and the supervised term
+    build_hooks(config, ...)              evaluation, paired probe, run report
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ddpo_grpo.errors import ConfigError, RewardError
+
+WEIGHT_DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def check_config(config) -> dict:
+    """Every field and constraint, then everything on disk (before any model is loaded or anything written); the
+    deprecated fields' lines; return the derived totals (config/base.py's batch arithmetic)."""
+    from ddpo_grpo import distributed
+    from ddpo_grpo.config_checks import check_inputs, deprecations, validate
+
+    totals = validate(config, distributed.world_size())
+    check_inputs(config)
+    if distributed.rank() == 0:
+        for line in deprecations(config):
+            print(line, flush=True)
+    return totals
+
+
+def accelerator(config, given=None):
+    """``given`` or a new Accelerator; on a machine without GPUs, several processes run on CPU (gloo)."""
+    from accelerate import Accelerator
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cpu = world > 1 and not torch.cuda.is_available()
+    acc = given or Accelerator(mixed_precision=config.mixed_precision, cpu=cpu)
+    if acc.num_processes != world:
+        raise RuntimeError(
+            f"launched as {world} processes (WORLD_SIZE) but accelerate set up {acc.num_processes}; "
+            "on CPU-only machines launch with ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ..."
+        )
+    if config.allow_tf32 and torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = True
+    return acc
+
+
+def build_rewards(config):
+    """(training reward, evaluation reward or None); RewardError naming the reward when one cannot be built.
+
+    The evaluation reward (with eval.freq) is eval.reward (a name, or an alias of reward.sources) with
+    eval.reward_kwargs; "" = the first training reward with its reward.kwargs."""
+    from reward_models import build_reward, load_reward
+
+    r, e = config.reward, config.eval
+    try:
+        reward = build_reward(dict(r.fns), {k: dict(v) for k, v in r.kwargs.items()}, dict(r.sources))
+        evaluation = None
+        if e.freq:
+            name = e.reward or next(iter(r.fns))
+            kwargs = dict(e.reward_kwargs) if e.reward else dict(r.kwargs.get(name, {}))
+            evaluation = load_reward(r.sources.get(name, name), **kwargs)
+    except RewardError:
+        raise
+    except (ValueError, TypeError, RuntimeError, OSError) as exc:
+        raise RewardError(f"building the rewards failed: {exc}") from exc
+    return reward, evaluation
+
+
+def build_prompts(config):
+    """(rows of prompts.source, their PromptSampler)."""
+    from ddpo_grpo.prompts import PromptSampler, load_prompts
+
+    rows = load_prompts(config.prompts.source)
+    try:
+        return rows, PromptSampler(rows, seed=config.seed, stratify_by=config.prompts.stratify_by)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def model_path(config, acc) -> str:
+    """``pretrained.model``, or the tiny pipeline ``pretrained.tiny`` built once under <logdir>/_tiny/."""
+    from ddpo_grpo import tiny
+
+    if config.pretrained.model:
+        return config.pretrained.model
+    builders = tiny.BUILDERS
+    if config.pretrained.tiny not in builders:
+        raise ConfigError(
+            f"pretrained.tiny={config.pretrained.tiny!r} must be one of {sorted(builders)} "
+            "(used when pretrained.model is empty)"
+        )
+    path = (Path(config.logdir) / "_tiny" / config.pretrained.tiny).resolve()
+    if acc.is_main_process and not (path / "model_index.json").is_file():
+        with torch.random.fork_rng(devices=[]):  # its own RNG: building it leaves the run's random state alone
+            builders[config.pretrained.tiny](path)
+    acc.wait_for_everyone()
+    return str(path)
+
+
+def build_policy_for(config, acc):
+    """(policy adapter of the loaded pipeline, the model's path); ConfigError when the family cannot take the
+    sampling settings (kernel, noise level, resolution, frames)."""
+    from ddpo_grpo.policies import build_policy, load_pipeline, policy_settings
+
+    path = model_path(config, acc)
+    pipeline = load_pipeline(path)
+    try:
+        policy = build_policy(pipeline, policy_settings(pipeline, config.sample))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    s, t = config.sample, config.train
+    if policy.noise_level <= 0 and s.share_group_noise:
+        raise ConfigError(
+            "sample.noise_level=0 with sample.share_group_noise: deterministic sampling from one shared "
+            "initial noise makes every member of a group the same image (no advantage); turn one of them off"
+        )
+    if policy.noise_level <= 0 and t.objective == "grpo":
+        raise ConfigError(
+            f"sample.noise_level={policy.noise_level}: with no noise every sampling step is deterministic "
+            f"and there is no transition to train; set sample.noise_level > 0 (kernel {policy.kernel!r})"
+        )
+    return policy, path
+
+
+@dataclass
+class Weights:
+    """The trainable weights and the other values of them a run keeps (each None when not configured)."""
+
+    params: dict  # name -> trainable parameter (LoRA factors, or the whole denoiser), float32
+    ema: object | None  # weights.EMA (train.ema)
+    sampler: object | None  # weights.LaggingSampler (train.sampler_decay_rate > 0)
+    reference: object | None  # reference.Reference (train.beta > 0)
+
+
+def build_weights(config, policy, acc) -> Weights:
+    """Put the model on the device (frozen parts in the mixed-precision dtype), attach LoRA or unfreeze the
+    denoiser, load pretrained.init_from; make the EMA, lagging sampler and reference the config asks for."""
+    from ddpo_grpo.reference import Reference
+    from ddpo_grpo.weights import EMA, LaggingSampler, trainable_parameters
+
+    t = config.train
+    weight_dtype = WEIGHT_DTYPES[config.mixed_precision]
+    policy.pipeline.to(acc.device)
+    for module in policy.frozen_modules():
+        module.requires_grad_(False)
+        module.eval()
+        if weight_dtype != torch.float32:
+            module.to(dtype=weight_dtype)
+    denoiser = policy.denoiser
+    if t.use_lora:
+        if weight_dtype != torch.float32:
+            denoiser.to(dtype=weight_dtype)
+        policy.add_lora(
+            rank=t.lora_rank, alpha=t.lora_alpha, target_modules=t.lora_target_modules, dropout=t.lora_dropout
+        )
+    else:
+        denoiser.requires_grad_(True)
+    if config.pretrained.init_from:
+        init_from(config, denoiser, log=_main_print(acc))
+    params = trainable_parameters(denoiser)
+    for p in params.values():
+        p.data = p.data.float()  # trainable weights (and their optimizer state) in float32
+    ema = EMA(params, t.ema_decay) if t.ema else None
+    sampler = None  # the forward objectives' lagging sampling policy (train.sampler_decay_*)
+    if t.sampler_decay_rate > 0:
+        sampler = LaggingSampler(
+            params, rate=t.sampler_decay_rate, max_decay=t.sampler_decay_max, flat=t.sampler_decay_flat
+        )
+    reference = None
+    if t.beta > 0:
+        reference = Reference(
+            policy,
+            denoiser,
+            lora=t.use_lora,
+            update=t.reference_update,
+            freq=t.reference_update_freq,
+            alpha=t.reference_mix_alpha,
+        )
+    return Weights(params, ema, sampler, reference)
+
+
+def init_from(config, denoiser, log=print) -> None:
+    """Start from a checkpoint's trainable weights (another run's, e.g. of a supervised warm-up), reporting
+    missing and unexpected keys; a mismatch is refused unless pretrained.init_strict is False."""
+    from ddpo_grpo import checkpoint as ckpt
+
+    loaded = ckpt.load_latest(config.pretrained.init_from, log=log)
+    try:
+        report = ckpt.load_state_dict_checked(
+            denoiser,
+            loaded["tensors"]["model"],
+            strict=config.pretrained.init_strict,
+            source=f"pretrained.init_from checkpoint {loaded['path']}",
+        )
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (set pretrained.init_strict=False)") from exc
+    log(
+        f"initialised from {loaded['path']}: {len(report['loaded'])} tensors loaded, {len(report['missing'])} "
+        f"missing, {len(report['unexpected'])} unexpected, {len(report['mismatched'])} of another shape"
+    )
+
+
+def build_tracker(config, reward):
+    """The advantage computation of train.adv_mode over the reward set's rewards (reward.aggregation)."""
+    from ddpo_grpo.advantages import RewardAdvantages
+
+    t = config.train
+    return RewardAdvantages(
+        reward.names,
+        config.reward.aggregation,
+        mode=t.adv_mode,
+        buffer_size=t.adv_buffer_size,
+        min_count=t.adv_min_count,
+        ema_decay=t.adv_ema_decay,
+        clip=t.adv_clip_max if t.adv_clip_max > 0 else None,
+    )
+
+
+def step_plan(config):
+    """Which sampling steps are stochastic and trained (rollout.StepPlan)."""
+    from ddpo_grpo.rollout import StepPlan
+
+    s, t = config.sample, config.train
+    return StepPlan(
+        window_size=s.sde_window_size,
+        window_range=tuple(s.sde_window_range) if s.sde_window_range is not None else None,
+        fraction=t.timestep_fraction,
+        selection=t.timestep_selection,
+    )
+
+
+def build_update(config, policy, model, acc, weights: Weights, autocast):
+    """(the updater of train.objective, the supervised term or None); ``model`` is the wrapped denoiser."""
+    from ddpo_grpo.supervised import SupervisedSettings, SupervisedTerm
+    from ddpo_grpo.updates import UpdateContext, UpdateSettings, make_update
+
+    settings = UpdateSettings.from_config(config)
+    ctx = UpdateContext(
+        settings, policy, model, acc, weights.params, weights.reference, autocast, acc.process_index, weights.sampler
+    )
+    supervised = SupervisedTerm(ctx, SupervisedSettings.from_config(config)) if config.train.sup_weight > 0 else None
+    return make_update(ctx), supervised
+
+
+def build_hooks(
+    config, run_dir: Path, acc, policy, *, eval_reward, rows, prompt_sampler, ema, probe_sample, probe_score
+):
+    """The ``hooks.RunHooks`` of the run: evaluation (eval.freq), paired probe (probe.freq), run report."""
+    from ddpo_grpo.evaluation import Evaluator
+    from ddpo_grpo.hooks import RunHooks
+    from ddpo_grpo.probe import PairedProbe
+    from ddpo_grpo.report import RunReport
+
+    evaluator = Evaluator(config, eval_reward) if config.eval.freq else None
+    p = config.probe
+    probe = None
+    if p.freq:
+        probe = PairedProbe(run_dir, prompt_sampler, num_prompts=p.prompts, group_size=p.group_size, seed=config.seed)
+    report_rows = evaluator.rows if evaluator is not None else rows
+    report = RunReport(
+        run_dir,
+        [report_rows[i % len(report_rows)] for i in range(config.logging.num_images)],
+        policy.preview,
+        group_by=config.eval.group_by,
+    )
+    return RunHooks(
+        config,
+        policy,
+        acc,
+        evaluator=evaluator,
+        probe=probe,
+        report=report,
+        ema=ema,
+        probe_sample=probe_sample,
+        probe_score=probe_score,
+    )
+
+
+def metrics_logger(config, run_dir: Path, acc, resume_epoch, log):
+    """The run's MetricsLogger (metrics.jsonl and the tracker); rows a resumed run replays are moved aside."""
+    from ddpo_grpo.logging_utils import MetricsLogger
+
+    logger = MetricsLogger(
+        str(run_dir),
+        tracker=config.logging.tracker,
+        project=config.logging.project,
+        run_name=run_dir.name,
+        config=config.to_dict(),
+        enabled=acc.is_main_process,
+        resume_epoch=resume_epoch,
+    )
+    if logger.superseded:
+        log(
+            f"metrics.jsonl: {logger.superseded} row(s) logged after the checkpoint (epochs this run replays) "
+            "moved to metrics.superseded.jsonl"
+        )
+    return logger
+
+
+def _main_print(acc):
+    return lambda line: print(line, flush=True) if acc.is_main_process else None
