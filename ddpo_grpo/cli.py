@@ -29,7 +29,7 @@ def run_main(fn, *, debug: bool = False, out=None) -> int:
     except (TrainingStopped, NonFiniteError) as exc:
         if debug:
             raise
-        print(f"stopped: {exc}", file=out, flush=True)
+        print(f"stopped: {exc} (exit status 1)", file=out, flush=True)
         return 1
     except UserError as exc:
         if debug:

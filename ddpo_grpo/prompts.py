@@ -11,8 +11,9 @@ Built-in sources (:data:`BUILTIN_PROMPTS`):
 * ``"animals"``: 45 common animals ("cat", "dog", ...), DDPO's simple animal prompts, shipped as
   the package data file ``ddpo_grpo/data/animals.txt`` and read on first use.
 
-Built-in row sets (:data:`BUILTIN_ROWS`, package data .jsonl with metadata): ``"shapes_train"`` and
-``"shapes_test"``, the ShapesWorld split (see ``ddpo_grpo/shapes/prompts.py``).
+Row sets of installed packages (``ddpo_grpo.plugins``, entry-point group ``ddpo_grpo.prompt_sources``), e.g. the
+embedded worlds' ``"shapes_train"`` / ``"shapes_test"`` (ShapesWorld's split, ``worlds/shapes/grammar.py``),
+``"motion_train"``, ``"shapes_edit_test"``: rows with metadata, looked up by name like the built-ins.
 """
 
 from __future__ import annotations

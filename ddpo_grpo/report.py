@@ -4,8 +4,10 @@
 sampler), never the trainer, and writes into ``<run>/report/``:
     before.safetensors, before.json   deterministic samples of fixed prompts and seeds (as images), and the
                                       evaluation metrics, taken before the first update (kept for resumed runs)
-    before_after.png                  those prompts before (top row) and after training (bottom row)
-    metrics.png                       reward and evaluation metrics against epoch and samples drawn
+    before_after.png                  those prompts before (top row) and after training (bottom row), captioned with
+                                      their prompts and groups (e.g. the ShapesWorld task)
+    metrics.png                       the training reward (mean in its ±std band, per group), the paired probe and the
+                                      held-out evaluation against epoch (``figures.plot_metrics``)
 and prints the evaluation table, before → after, per group (``eval_table``). The sample grids of
 logging.image_freq go through it too (``log_grid``).
 
@@ -44,7 +46,10 @@ class RunReport:
         self.run_dir, self.rows, self.preview, self.group_by = Path(run_dir), list(rows), preview, group_by
 
     def _images(self, sample: Callable):
+        """The fixed prompts' previews and captions: the prompt, and its group (e.g. "[position]") when rows carry one."""
         _, samples, captions = sample(self.rows)
+        if self.group_by:
+            captions = [f"{c} [{r[self.group_by]}]" if r.get(self.group_by) else c for c, r in zip(captions, self.rows)]
         return self.preview(samples), captions
 
     def before(self, sample: Callable, eval_metrics: dict) -> None:
@@ -73,7 +78,7 @@ class RunReport:
             images, captions, before_metrics = before
             after, _ = self._images(sample)
             print(f"before/after samples: {save_before_after(self.run_dir, images, after, captions)}")
-        plot = plot_metrics(self.run_dir, before_metrics)
+        plot = plot_metrics(self.run_dir, before_metrics, self.group_by)
         if plot is not None:
             print(f"reward and evaluation plot: {plot}")
         if metric_names(last_metrics):
@@ -93,15 +98,11 @@ def load_before(run_dir):
 
 
 def save_before_after(run_dir, before, after, captions) -> Path:
-    """Grid with the N samples before training on the top row and after training on the bottom row."""
-    import torch
+    """before_after.png: the N samples before training (top row) and after (bottom row), each column captioned."""
+    from ddpo_grpo.figures import captioned_grid
 
-    from ddpo_grpo.logging_utils import save_grid
-
-    path = report_dir(run_dir) / "before_after.png"
-    captions = [f"before: {c}" for c in captions] + [f"after: {c}" for c in captions]
-    save_grid(torch.cat([before.float().cpu(), after.float().cpu()]), captions, path, nrow=len(before))
-    return path
+    rows = [before.float().cpu(), after.float().cpu()]
+    return captioned_grid(rows, ["before", "after"], captions, report_dir(run_dir) / "before_after.png")
 
 
 def metric_names(metrics: dict) -> list[str]:
@@ -159,83 +160,21 @@ def eval_table(before: dict | None, after: dict, group_by: str = "") -> str:
     return "\n".join(lines)
 
 
-def plot_metrics(run_dir, before_metrics: dict | None = None) -> Path | None:
-    """metrics.png: reward (mean ± std) and evaluation metrics against epoch (left) and samples drawn (right)."""
+def plot_metrics(run_dir, before_metrics: dict | None = None, group_by: str = "") -> Path | None:
+    """report/metrics.png of the run's metrics.jsonl (``figures.plot_metrics``); None when nothing was logged."""
+    from ddpo_grpo.figures import plot_metrics as draw
+
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
     if not rows:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     evaluated = [r for r in rows if metric_names(r)]
-    has_eval, has_probe = bool(evaluated), any(r.get("probe/diff") is not None for r in rows)
-    panels = 1 + has_probe + has_eval
-    fig, axes = plt.subplots(panels, 2, figsize=(11, 4 + 3.5 * (panels - 1)), squeeze=False)
-    xs = {"epoch": [r["epoch"] for r in rows], "samples drawn": [r.get("progress/images_seen", 0) for r in rows]}
-    for col, (label, x) in enumerate(xs.items()):
-        ax = axes[0][col]
-        mean = [_num(r.get("reward/mean")) for r in rows]
-        std = [_num(r.get("reward/std")) for r in rows]
-        ax.plot(x, mean, label="reward/mean")
-        ax.fill_between(x, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], alpha=0.2)
-        ax.set_xlabel(label)
-        ax.set_ylabel("reward")
-        ax.grid(alpha=0.3)
-        if has_probe:
-            _plot_probe(axes[1][col], label, x, rows)
-        if has_eval:
-            _plot_eval(axes[1 + has_probe][col], label, x, rows, evaluated[-1], before_metrics)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    out = report_dir(run_dir) / "metrics.png"
-    tmp = out.with_name(f".metrics-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=90)
-    plt.close(fig)
-    os.replace(tmp, out)
-    return out
-
-
-def _plot_probe(ax, label: str, x: list, rows: list[dict]) -> None:
-    """The paired probe's reward gain over the untrained model, ± 2 standard errors (ddpo_grpo/probe.py)."""
-    points = [
-        (xv, r["probe/diff"], r.get("probe/diff_se") or 0.0)
-        for xv, r in zip(x, rows)
-        if r.get("probe/diff") is not None
-    ]
-    xs, ds, ses = zip(*points)
-    ax.plot(xs, ds, marker=".", label="probe/diff")
-    ax.fill_between(
-        xs, [d - 2 * e for d, e in zip(ds, ses)], [d + 2 * e for d, e in zip(ds, ses)], alpha=0.2, label="± 2 SE"
-    )
-    ax.axhline(0.0, color="grey", lw=0.8)
-    ax.set_xlabel(label)
-    ax.set_ylabel("paired reward gain")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-
-
-def _plot_eval(ax, label: str, x: list, rows: list[dict], last: dict, before: dict | None) -> None:
-    """Group means of every metric (solid) and the first metric per group (dotted)."""
-    evals = [(xv, r) for xv, r in zip(x, rows) if metric_names(r)]
-    if before and metric_names(before):
-        evals = [(-1 if label == "epoch" else 0, before)] + evals
+    last = evaluated[-1] if evaluated else {}
     names = metric_names(last)
-    keys = [group_mean_key(last, m) or f"eval/{m}" for m in names]
-    keys += [f"eval/{names[0]}/{g}" for g in groups_of(last)] if names else []
-    for key in keys:
-        points = [(xv, _num(r.get(key))) for xv, r in evals if r.get(key) is not None]
-        if points:
-            style = ":" if key.count("/") == 2 and "_mean/" not in key else "-"
-            ax.plot([p[0] for p in points], [p[1] for p in points], style, marker=".", label=key)
-    ax.set_xlabel(label + (" (−1 = before training)" if label == "epoch" else " (0 = before training)"))
-    ax.set_ylabel("held-out evaluation")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    headline = [group_mean_key(last, m) or f"eval/{m}" for m in names]
+    groups = [f"eval/{names[0]}/{g}" for g in groups_of(last)] if names else []
+    out = report_dir(run_dir) / "metrics.png"
+    return draw(rows, out, before=before_metrics, headline=headline, groups=groups, group_by=group_by)
 
 
 def _num(value) -> float:

@@ -98,3 +98,13 @@ def clean_leftover(path: Path) -> str:
     shutil.rmtree(path, ignore_errors=True)
     where = "checkpoint" if path.parent.name == CHECKPOINTS_DIRNAME else "final/"
     return f"removed {path} (an incomplete {where} write of a killed run)"
+
+
+def stopped_note(run: Path) -> str:
+    """Where a run that stopped itself left its state (appended to the reason it stopped)."""
+    found = list_checkpoints(run)
+    if found:
+        state = f"its last checkpoint is {found[-1]}: continue with --config.resume_from={run} once the cause is fixed"
+    else:
+        state = "it saved no checkpoint: start it again (the same run_name works) once the cause is fixed"
+    return f"The run in {run} ended without final/; {state}"

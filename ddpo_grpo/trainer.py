@@ -25,39 +25,28 @@ exactly what an uninterrupted one would have done.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ddpo_grpo import components, console, distributed
-from ddpo_grpo.advantages import group_keys, group_means
+from ddpo_grpo.advantages import group_means
 from ddpo_grpo.checkpoint import RunState, final_manifest
+from ddpo_grpo.epoch import Epoch
 from ddpo_grpo.evaluation import every
-from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard
+from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard, TrainingStopped
 from ddpo_grpo.inner_loop import LoopSettings, objective_metrics, run_inner_epochs
 from ddpo_grpo.optim import OptimizerStep, build_optimizer
 from ddpo_grpo.prompts import split_rows
 from ddpo_grpo.rollout import Rollout, sample_rollout
-from ddpo_grpo.run_dir import prepare_run_dir, starts_again
+from ddpo_grpo.run_dir import prepare_run_dir, starts_again, stopped_note
 from ddpo_grpo.schedules import loss_weights
 from ddpo_grpo.seeding import derive_seed
 from ddpo_grpo.supervised import rows_of
-
-
-@dataclass(frozen=True)
-class Epoch:
-    """What the sample phase produced, read (never recomputed) by the later phases."""
-
-    index: int
-    rows: list  # the epoch's prompt rows, one per group (the same on every process)
-    items: list  # this process's (group, member) items, in sample order
-    keys: list  # the stat tracker's group key of every sample of the epoch, all processes (advantages.group_keys)
-    rollout: Rollout | None  # this process's samples (None for a supervised-only epoch)
-    pending: list = field(default_factory=list)  # per batch: the scores, or a Future of them
 
 
 class Trainer:
@@ -124,33 +113,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
-        cfg = self.config
+        """Train from start_epoch to num_epochs, then export final/; a run that stops itself (guard.py) says where
+        it left its state."""
         if self.start_epoch == 0:
             self.hooks.before()
-        metrics, clock = {}, console.Clock(cfg.num_epochs)
-        for epoch in range(self.start_epoch, cfg.num_epochs):
-            start = time.perf_counter()
-            lam_sup, lam_pg = loss_weights(epoch, cfg) if self.supervised is not None else (0.0, 1.0)
-            if lam_pg > 0:
-                ep, timing = self.sample_phase(epoch)
-                scores = self.reward_phase(ep, timing)
-                advantages, metrics = self.advantage_phase(ep, scores)
-                with console.timed(timing, "train"):
-                    metrics.update(self.update_phase(ep, advantages, lam_sup=lam_sup, lam_pg=lam_pg))
-            else:  # the staged schedule's supervised-only epochs: no sampling
-                timing = {}
-                with console.timed(timing, "train"):
-                    metrics = self.supervised_phase(epoch, lam_sup)
-            if self.supervised is not None:
-                metrics.update({"train/lambda_sup": lam_sup, "train/lambda_pg": lam_pg})
-            metrics.update(self.finish_epoch(epoch, timing))
-            metrics["perf/epoch_s"] = time.perf_counter() - start
-            metrics["progress/images_seen"] = (epoch + 1) * self.totals["images_per_epoch"]
-            self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
-            self.log(f"{console.summary(epoch, metrics)} ({clock.tick(epoch, metrics['perf/epoch_s'])})")
-            self.hooks.grid(epoch, self.logger, self.global_step)
-            if every(epoch, cfg.save_freq, epoch == cfg.num_epochs - 1):
-                self.save_checkpoint(epoch)
+        metrics, clock = {}, console.Clock(self.config.num_epochs)
+        try:
+            for epoch in range(self.start_epoch, self.config.num_epochs):
+                metrics = self.run_epoch(epoch, clock)
+        except TrainingStopped as exc:
+            raise TrainingStopped(f"{exc}. {stopped_note(self.run_dir)}") from exc
         final = self.export_final()
         self.hooks.finish(metrics)
         self.logger.close()
@@ -158,28 +130,54 @@ class Trainer:
             self.reward_pool.shutdown()
         return final
 
-    # ------------------------------------------------------------------ 1. sampling
-    def epoch_rows(self, epoch: int) -> tuple[list[dict], list[tuple[int, int]]]:
-        """The epoch's prompt rows (same on every process) and this process's (group, member) items.
+    def run_epoch(self, epoch: int, clock) -> dict:
+        """One epoch, phase by phase (the module docstring); its metrics."""
+        cfg, start = self.config, time.perf_counter()
+        lam_sup, lam_pg = loss_weights(epoch, cfg) if self.supervised is not None else (0.0, 1.0)
+        if lam_pg > 0:
+            ep, timing = self.sample_phase(epoch)
+            scores = self.reward_phase(ep, timing)
+            advantages, metrics = self.advantage_phase(ep, scores)
+            with console.timed(timing, "train"):
+                metrics.update(self.update_phase(ep, advantages, lam_sup=lam_sup, lam_pg=lam_pg))
+        else:  # the staged schedule's supervised-only epochs: no sampling
+            timing = {}
+            with console.timed(timing, "train"):
+                metrics = self.supervised_phase(epoch, lam_sup)
+        if self.supervised is not None:
+            metrics.update({"train/lambda_sup": lam_sup, "train/lambda_pg": lam_pg})
+        metrics.update(self.finish_epoch(epoch, timing))
+        metrics["perf/epoch_s"] = time.perf_counter() - start
+        metrics["progress/images_seen"] = (epoch + 1) * self.totals["images_per_epoch"]
+        self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
+        self.log(f"{console.summary(epoch, metrics)} ({clock.tick(epoch, metrics['perf/epoch_s'])})")
+        self.hooks.grid(epoch, self.logger, self.global_step)
+        if every(epoch, cfg.save_freq, epoch == cfg.num_epochs - 1):
+            self.save_checkpoint(epoch)
+        return metrics
 
-        Groups are laid out contiguously in a global list of images_per_epoch items, and process r takes
-        the r-th contiguous slice, so a group may span batches and processes.
-        """
+    # ------------------------------------------------------------------ 1. sampling
+    def epoch_rows(self, epoch: int) -> Epoch:
+        """The epoch's layout (epoch.py): its prompt rows (the same on every process) and this process's items."""
+        s = self.config.sample
         rows = self.prompt_sampler.draw(epoch, self.totals["prompts_per_epoch"])
-        items = [(g, m) for g in range(len(rows)) for m in range(self.config.sample.group_size)]
-        n = self.totals["samples_per_process"]
-        return rows, items[self.rank * n : (self.rank + 1) * n]
+        return Epoch.lay_out(
+            epoch,
+            rows,
+            group_size=s.group_size,
+            rank=self.rank,
+            per_process=self.totals["samples_per_process"],
+            adv_mode=self.config.train.adv_mode,
+            shared_noise=s.share_group_noise,
+        )
 
     def sample_phase(self, epoch: int) -> tuple[Epoch, dict]:
         """Sample every batch; batch b is scored (in reward.num_workers threads) while batch b+1 is sampled."""
         cfg, s = self.config, self.config.sample
-        rows, items = self.epoch_rows(epoch)
-        # a prompt group is one row: its prompt, or its id where rows share a prompt (image-conditioned data)
-        ids = [str(r.get("id", r["prompt"])) for r in rows]
-        keys = group_keys(ids, s.group_size, cfg.train.adv_mode, s.share_group_noise)
+        ep = self.epoch_rows(epoch)
         rollouts, pending, timing = [], [], {"sample": 0.0}
         for b in self.progress(range(s.num_batches_per_epoch), f"epoch {epoch}: sampling"):
-            batch = items[b * s.batch_size : (b + 1) * s.batch_size]
+            batch = ep.items[b * s.batch_size : (b + 1) * s.batch_size]
             seeds = [
                 derive_seed(cfg.seed, epoch, g) if s.share_group_noise else derive_seed(cfg.seed, epoch, g, m)
                 for g, m in batch
@@ -187,10 +185,10 @@ class Trainer:
             generator = torch.Generator(self.acc.device).manual_seed(derive_seed(cfg.seed, epoch, self.rank, b, 1))
             rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
             with console.timed(timing, "sample"), self.sampler.applied() if self.sampler else contextlib.nullcontext():
-                rollout = self.rollout([rows[g] for g, _ in batch], seeds, generator, rng)
+                rollout = self.rollout([ep.rows[g] for g, _ in batch], seeds, generator, rng)
             rollouts.append(rollout)
             pending.append(self.score(rollout))
-        return Epoch(epoch, rows, items, keys, Rollout.cat(rollouts), pending), timing
+        return dataclasses.replace(ep, rollout=Rollout.cat(rollouts), pending=pending), timing
 
     def rollout(self, rows, seeds, generator, rng) -> Rollout:
         """One batch of ``rows`` through the training sampler (sample.*) with the weights the model holds."""
@@ -281,8 +279,8 @@ class Trainer:
     def supervised_phase(self, epoch: int, lam_sup: float) -> dict:
         """An epoch of the supervised term alone (λ_pg = 0): this process's rows of the epoch in shuffled
         minibatches, train.num_inner_epochs passes. No sampling, rewards or advantages."""
-        rows, items = self.epoch_rows(epoch)
-        mine = [rows[g] for g, _ in items]
+        ep = self.epoch_rows(epoch)
+        mine = [ep.rows[g] for g, _ in ep.items]
         self.model.train()
 
         def minibatch(view, idx, perm, *, inner, sync, first):

@@ -7,7 +7,7 @@ Usage:
 
 Each line is {"prompt": ..., "task": ..., "objects": [{"color", "shape", "count"}], "relation": ...}.
 The split rule (held-out colour–shape pairs, counting combos and single objects) is documented in
-ddpo_grpo/shapes/prompts.py.
+worlds/shapes/grammar.py.
 """
 
 from __future__ import annotations

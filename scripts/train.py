@@ -12,10 +12,14 @@ Algorithm (one epoch; see ddpo_grpo/trainer.py for the phases):
      x_{j+1}, ratio ρ = exp(log π_θ − log π_old), minimise the PPO clipped surrogate
      max(−A·ρ, −A·clip(ρ, 1 ± ε)) (+ β·KL(π_θ ‖ π_ref)), averaged over trained transitions.
      Stop the inner passes early when the mean approximate KL to π_old exceeds train.kl_threshold.
+     (train.objective = "awm" | "nft" | "rwr": a forward-process objective on the final samples instead,
+     which needs no transition log-probs: ddpo_grpo/updates.py.)
 
 Deliberate departures from the papers:
-  - log-probs are averaged (not summed) over latent dimensions, as Flow-GRPO does, so the clip range
-    and KL are per-dimension quantities and do not scale with resolution;
+  - the trust region is per sample: train.clip_range bounds the ratio of a sample's whole transition
+    (the product over its d latent dimensions) to 1 ± ε to first order, so one value means the same at any
+    resolution (the peers clip the per-dimension ratio; theirs × d = ours, docs/migration.md); log-probs are
+    still averaged over dimensions, as Flow-GRPO does, and train/approx_kl is per sample;
   - a group may span sampling batches and processes (all processes agree on the epoch's prompts);
   - steps with zero transition std (e.g. CPS's last step, ODE steps outside an SDE window) are never
     trained, since they have no density;

@@ -1,6 +1,8 @@
 """The house rules, checked: the core knows no world, nothing imports in a circle, scripts use public names.
 
-Layers: ``scripts/``, ``config/`` → ``worlds/`` → the core (``ddpo_grpo/``, ``reward_models/``). The import graph is
+Layers: ``scripts/``, ``config/`` → ``worlds/`` → the core (``ddpo_grpo/``, ``reward_models/``). Inside the core:
+the trainer side of ``ddpo_grpo`` → ``reward_models`` (only through its package façade) → the foundation modules
+``ddpo_grpo.images``, ``errors``, ``plugins`` (which import nothing of either). The import graph is
 read statically from every ``import`` statement, at module level or inside a function (a cycle hidden behind
 a function-local import is still a cycle), with importing ``a.b.c`` also counting as importing the packages
 ``a`` and ``a.b`` (their ``__init__`` runs first).
@@ -14,6 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CORE = ("ddpo_grpo", "reward_models")
 PACKAGES = (*CORE, "worlds", "config")
+#: the modules of ddpo_grpo that reward_models may import (they import nothing else of the core)
+FOUNDATION = ("ddpo_grpo.images", "ddpo_grpo.errors", "ddpo_grpo.plugins")
 
 
 def _module_name(path: Path) -> str:
@@ -128,4 +132,21 @@ def test_scripts_import_public_names_only():
                 if "sys.path.insert" in parent or "sys.path.append" in parent:
                     bad.append(f"{path.name}: edits sys.path")
                     break
+    assert not bad, bad
+
+
+def test_core_layers_point_one_way():
+    """reward_models imports only the foundation of ddpo_grpo; the foundation imports nothing of the core; the rest of
+    ddpo_grpo reaches reward_models through its package façade (``from reward_models import …``) only."""
+    graph = _graph()
+    bad = []
+    for m, targets in graph.items():
+        top = m.split(".")[0]
+        for t in targets:
+            if top == "reward_models" and t.startswith("ddpo_grpo") and t not in (*FOUNDATION, "ddpo_grpo"):
+                bad.append(f"{m} imports {t} (reward_models may import only {FOUNDATION})")
+            if m in FOUNDATION and t.split(".")[0] in CORE and t != "ddpo_grpo":
+                bad.append(f"foundation module {m} imports {t}")
+            if top == "ddpo_grpo" and t.startswith("reward_models."):
+                bad.append(f"{m} imports {t}: use the façade, `from reward_models import ...`")
     assert not bad, bad

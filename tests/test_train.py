@@ -115,6 +115,11 @@ def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
         assert (run / "report" / name).is_file(), name
     before = json.loads((run / "report" / "before.json").read_text())["metrics"]
     assert before["eval/num_samples"] == 4  # evaluated before the first update too
+    from PIL import Image
+
+    with Image.open(run / "report" / "before_after.png") as grid:  # captioned with each prompt and its task
+        captions = json.loads(grid.text["captions"])
+    assert captions and all(c.endswith("]") and "[" in c for c in captions), captions
     assert "held-out evaluation" in proc.stdout and "\nall " in proc.stdout  # the before/after table
     assert (run / "checkpoints").is_dir()
 
@@ -309,7 +314,7 @@ def test_repeated_prompt_groups_with_shared_noise_stay_apart(tmp_path, tiny_dirs
     from ddpo_grpo.trainer import Trainer
 
     trainer = Trainer(_config(tmp_path, tiny_dirs["sd3"], **{"sample.share_group_noise": shared}))
-    rows, _ = trainer.epoch_rows(0)
+    rows = trainer.epoch_rows(0).rows
     trainer.prompt_sampler.draw = lambda epoch, n: [rows[0]] * n  # both groups draw one prompt
     ep = trainer.sample_phase(0)[0]
     per_reward = {"jpeg_compressibility": np.array([1.0] * 4 + [0.0] * 4)}  # group 0 all 1, group 1 all 0
