@@ -286,7 +286,7 @@ def gaussian_kl(log_prob=None, ref_log_prob=None, *, mean=None, ref_mean=None, s
 def flow_grpo_kl(log_prob=None, ref_log_prob=None, *, mean=None, ref_mean=None, std=None, step=None) -> torch.Tensor:
     """Flow-GRPO's KL term: ``gaussian_kl × |Δσ|``, i.e. the squared mean difference over ``2 g²``. ``[B]``.
 
-    The flow SDE's transition std is ``std = g·sqrt(|Δσ|)`` (``sde._flow_grpo_coeffs``), so the true
+    The flow SDE's transition std is ``std = g·sqrt(|Δσ|)`` (``kernels/flow.py``), so the true
     per-dimension KL ``(m1 − m2)² / (2 std²)`` (``gaussian_kl``) is Flow-GRPO's ``(m1 − m2)² / (2 g²)``
     divided by ``|Δσ|``: ×10 at 10 uniform steps, ×4–28 on SD3.5's shift-3 schedule. With this
     estimator ``train.beta`` means what Flow-GRPO's β means (flow kernels only: ``step`` = σ − σ_next [B]).

@@ -41,19 +41,17 @@ Config (init arguments, saved in model_index.json):
     lora_target_modules  default LoRA targets of this denoiser ([] = every nn.Linear that its forward calls
                     through the module, i.e. not those inside nn.MultiheadAttention, which reads their weights)
     user_modules    written by ``save_pretrained``: module name → file of components imported from user files
-                    (``import_user_file``), re-imported by ``from_pretrained`` so that such a pipeline loads back
+                    (``plugins.import_user_file``), re-imported by ``from_pretrained`` so that such a pipeline loads back
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler, DiffusionPipeline, ModelMixin
@@ -62,46 +60,13 @@ from diffusers.loaders.lora_base import LoraBaseMixin
 from diffusers.loaders.peft import PeftAdapterMixin
 from diffusers.utils import BaseOutput
 
+from ddpo_grpo.plugins import USER_MODULE_PREFIX, import_user_file, trusted_packages
+
 TEXT_EMBEDDINGS = ("pooled", "sequence")
 UNCOND_MODES = ("zeros", "negative_prompt")
 PREVIEWS = ("", "heatmap")
 #: DDPMScheduler.variance_type -> the `ddpo_grpo.sde.ddpm_step` variance it means
 VARIANCE_TYPES = {"fixed_small": "fixed_small", "fixed_small_log": "fixed_small", "fixed_large": "fixed_large"}
-#: prefix of the module names under which `import_user_file` registers user files
-USER_MODULE_PREFIX = "_ddpo_user_"
-
-
-# ----------------------------------------------------------------------------
-# User files
-# ----------------------------------------------------------------------------
-
-
-def import_user_file(path: str | os.PathLike, module_name: str | None = None) -> ModuleType:
-    """Import a Python file as a module registered in ``sys.modules`` (once per file; later calls reuse it).
-
-    The name is ``_ddpo_user_<stem>_<hash of the absolute path>`` unless given, so that classes defined in the
-    file can be named in a model_index.json and found again by diffusers' loader (see ``user_modules``).
-    """
-    file = Path(os.path.expanduser(str(path))).resolve()
-    if not file.is_file():
-        raise ValueError(f"{str(path)!r} is not a file (cwd: {os.getcwd()}); give the path of a .py file")
-    if module_name is None:
-        digest = hashlib.sha1(str(file).encode()).hexdigest()[:8]
-        module_name = f"{USER_MODULE_PREFIX}{file.stem.replace('-', '_').replace('.', '_')}_{digest}"
-    loaded = sys.modules.get(module_name)
-    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == file:
-        return loaded
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"cannot import {str(file)!r} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # surface the user file's error with context
-        del sys.modules[module_name]
-        raise RuntimeError(f"importing {str(file)!r} failed: {exc}") from exc
-    return module
 
 
 # ----------------------------------------------------------------------------
@@ -490,7 +455,7 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
 
         diffusers loads a component of a class outside diffusers / transformers only when its module is
         already imported. Imported here, for a local directory: the user files of ``user_modules`` (written by
-        ``save_pretrained``), and installed modules of trusted packages (``trusted_packages``: ddpo_grpo and the
+        ``save_pretrained``), and installed modules of trusted packages (``plugins.trusted_packages``: ddpo_grpo and the
         packages that plug into it through entry points, e.g. the embedded worlds). Anything else is left to
         diffusers, whose error says to import the module first.
         """
@@ -507,20 +472,3 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
                     if module not in sys.modules and module.split(".")[0] in trusted:
                         importlib.import_module(module)
         return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
-
-
-def trusted_packages() -> set[str]:
-    """Top-level packages whose modules a pipeline directory may name for import.
-
-    ddpo_grpo, and every package that registers a ddpo_grpo plug-in (an entry point of
-    ``ddpo_grpo.plugins.GROUPS``): installed code that declared itself part of this toolkit — never code
-    shipped inside a model directory.
-    """
-    from importlib.metadata import entry_points
-
-    from ddpo_grpo.plugins import GROUPS
-
-    roots = {"ddpo_grpo"}
-    for group in GROUPS.values():
-        roots.update(ep.value.split(":")[0].split(".")[0] for ep in entry_points(group=group))
-    return roots

@@ -22,7 +22,6 @@ into the batched contract (see :mod:`reward_models.per_sample`).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -88,15 +87,12 @@ def _load_user_attr(spec_str: str) -> Any:
             f"reward {spec_str!r}: file {path!r} does not exist (cwd: {os.getcwd()}); "
             "give a path to a .py file followed by ':fn_name'"
         )
-    mod_name = "_user_reward_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"reward {spec_str!r}: cannot import {path!r} as a Python module")
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # surface the user file's error with context
-        raise RuntimeError(f"reward {spec_str!r}: importing {path!r} failed: {exc}") from exc
+        module = plugins.import_user_file(path)
+    except ValueError as exc:
+        raise ValueError(f"reward {spec_str!r}: {exc}") from exc
+    except RuntimeError as exc:  # the user file's own error, with context
+        raise RuntimeError(f"reward {spec_str!r}: {exc}") from exc
     public = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
     if not attr:
         attr = next((a for a in DEFAULT_USER_ATTRS if hasattr(module, a)), "")

@@ -8,7 +8,7 @@ Adding a model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``
 subclass) + one line in ``ADAPTERS`` (+ one in ``PIPELINES`` when its pipeline class is not one of diffusers').
 
 A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
-``"path/to/my_model.py"``, which calls ``build``) imports the file (``ddpo_grpo.pipelines.import_user_file``)
+``"path/to/my_model.py"``, which calls ``build``) imports the file (``ddpo_grpo.plugins.import_user_file``)
 and calls ``build()``, which returns a pipeline with an adapter — typically a
 ``ddpo_grpo.pipelines.DenoiserPipeline`` wrapping the user's denoiser — or a dict of ``DenoiserPipeline``
 arguments (``{"denoiser": ..., "scheduler": ..., "sample_shape": [...], ...}``). The factory runs on every
@@ -105,7 +105,8 @@ def _from_factory(spec: str):
     """Import the factory file of ``spec`` and return what its function builds, as a pipeline."""
     match = _FACTORY_SPEC.match(spec)
     file, attr = match["file"], match["attr"] or DEFAULT_FACTORY
-    from ddpo_grpo.pipelines import DenoiserPipeline, import_user_file
+    from ddpo_grpo.pipelines import DenoiserPipeline
+    from ddpo_grpo.plugins import import_user_file
 
     try:
         module = import_user_file(file)
