@@ -32,7 +32,7 @@ Usage (docs/remote_scoring.md has the walk-through):
 Train against it with reward.fns = {"remote": 1.0}, reward.kwargs = {"remote": {"url": "http://HOST:PORT"}}
 (reward_models/remote.py).
 
-The protocol, the limits and the threat model: reward_models/server.py and docs/remote_scoring.md.
+The protocol, the limits and the threat model: reward_models/server/__init__.py and docs/remote_scoring.md.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from PIL import Image
 
 from ddpo_grpo.images import image_path_policy
 from reward_models import load_reward
+from reward_models.server import MAX_HEADER_BYTES, HTTPError, RequestHead
 
 REPO = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("serve_reward_security", REPO / "scripts" / "serve_reward.py")
@@ -375,3 +376,115 @@ def test_health_reports_limits_without_paths(tree):
         conn.close()
     assert health["paths"] is True and health["max_request_pixels"] == serve.DEFAULT_MAX_REQUEST_PIXELS
     assert str(root) not in json.dumps(health)
+
+
+# ------------------------------------------------------------------------------------ raw bytes
+def client_hello():
+    """The first bytes an https:// client sends: a real TLS ClientHello, built in memory."""
+    import ssl
+
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+RAW = {  # bytes a client sends -> (status, start of the error); none of them can begin an HTTP/1.x request
+    "telnet hello": (b"hello\r\n", 400, "not an HTTP/1.x request: it does not start with a method"),
+    "no newline": (b"hello", 400, "not an HTTP/1.x request: it does not start with a method"),
+    "TLS ClientHello": (client_hello(), 400, "this server speaks plain HTTP, not TLS"),
+    "random bytes": (
+        bytes(np.random.default_rng(1).integers(11, 256, 128, dtype=np.uint8)),
+        400,
+        "not an HTTP/1.x request",
+    ),
+    "SSH banner": (b"SSH-2.0-OpenSSH_9.6\r\n", 400, "not an HTTP/1.x request: it does not start with a method"),
+    "lower-case method": (b"post /score HTTP/1.1\r\n", 400, "not an HTTP/1.x request: it does not start"),
+    "control byte in target": (b"GET /\x00", 400, "not an HTTP/1.x request: the request target"),
+    "HTTP/0.9": (b"GET /health\r\n", 400, "not an HTTP/1.x request: the request line has no HTTP version"),
+    "request line that never ends": (b"GET /" + b"x" * 20_000, 414, "request line longer than 8192 bytes"),
+    "binary header": (b"GET /health HTTP/1.1\r\n\x00\x01\xff", 400, "not an HTTP/1.x request: header line 1"),
+    "header value": (b"GET /health HTTP/1.1\r\nHost: a\x07b", 400, "not an HTTP/1.x request: header line 1 holds"),
+}
+
+
+@pytest.mark.parametrize("case", RAW)
+def test_raw_non_http_bytes_are_answered_at_once(case):
+    data, status, error = RAW[case]
+    with serving(lambda i, p, m: ([1.0] * len(p), {})) as (srv, url):  # default header timeout: 10 s
+        s = _connect(url)
+        s.settimeout(2)
+        t0 = time.perf_counter()
+        s.sendall(data)
+        reply = s.recv(65536)
+        elapsed = time.perf_counter() - t0
+        head, _, payload = reply.partition(b"\r\n\r\n")
+        assert head.startswith(f"HTTP/1.0 {status} ".encode()), (case, reply)
+        assert json.loads(payload)["error"].startswith(error), (case, payload)
+        assert s.recv(1) == b"" and elapsed < 0.5, (case, elapsed)  # answered, then closed
+        assert srv.stats["refused"] == 1 and srv.stats["requests"] == 0  # no worker was taken
+        s.close()
+
+
+def test_https_client_fails_at_once():
+    import ssl
+
+    with serving(lambda i, p, m: ([1.0] * len(p), {})) as (_, url):
+        t0 = time.perf_counter()
+        with _connect(url) as s, pytest.raises(ssl.SSLError):
+            s.settimeout(2)
+            ssl.create_default_context().wrap_socket(s, server_hostname="localhost")
+        assert time.perf_counter() - t0 < 0.5
+
+
+def test_slow_http_is_bounded_by_the_header_timeout_only():
+    request = (
+        f"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body([], []))}"
+        f"\r\n\r\n{body([], [])}"
+    ).encode()
+    with serving(lambda i, p, m: ([1.0] * len(p), {}), header_timeout=0.4) as (srv, url):
+        slow = _connect(url)
+        for i in range(0, len(request), 8):  # a slow link: 8 bytes every 10 ms, the head takes ~0.1 s
+            slow.sendall(request[i : i + 8])
+            time.sleep(0.01)
+        slow.settimeout(2)
+        assert slow.recv(4096).startswith(b"HTTP/1.0 200 ")
+        stalled = _connect(url, b"POST /sco")  # looks like HTTP: waits for the rest ...
+        stalled.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            stalled.recv(1)
+        stalled.settimeout(2)
+        t0 = time.perf_counter()
+        with contextlib.suppress(ConnectionResetError):  # ... until the header timeout drops it, unanswered
+            assert stalled.recv(1) == b""
+        assert time.perf_counter() - t0 < 0.5
+        assert srv.stats["dropped"] == 1 and srv.stats["refused"] == 0
+        for s in (slow, stalled):
+            s.close()
+
+
+def test_request_head_checks_each_prefix():
+    head = b"POST /score HTTP/1.1\r\nHost: h\r\n folded\r\nX-Empty:\r\nX: caf\xc3\xa9\tx\r\n\r\n{}"
+    reader = RequestHead()
+    done = [reader.feed(head[i : i + 1]) for i in range(head.index(b"\r\n\r\n") + 4)]
+    assert done[-1] and not any(done[:-1])  # every prefix may still become a request
+    assert RequestHead().feed(b"GET http://h/x?a=1 HTTP/1.0\n\n")  # LF line ends, absolute target
+    for raw, bad_at in [(b"Hello", 1), (b"GET /x HTTP/1.1\r\nHost x", 21), (b"GET /x HTP", 9), (b"A" * 30, 20)]:
+        reader = RequestHead()
+        for i in range(len(raw)):
+            try:
+                reader.feed(raw[i : i + 1])
+            except HTTPError:
+                assert i == bad_at, (raw, i)
+                break
+        else:
+            raise AssertionError(f"{raw!r} was not refused")
+    reader = RequestHead()
+    reader.feed(b"GET / HTTP/1.1\r\nX: ")
+    t0 = time.perf_counter()
+    for _ in range(MAX_HEADER_BYTES - 30):  # one byte at a time: linear, not quadratic
+        reader.feed(b"v")
+    with pytest.raises(HTTPError, match="larger than 65536"):
+        reader.feed(b"vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv")
+    assert time.perf_counter() - t0 < 0.5
