@@ -54,7 +54,7 @@ import sys
 from pathlib import Path
 
 from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows, native_resolution
-from ddpo_grpo.report import eval_table
+from ddpo_grpo.report import eval_table, groups_of
 
 #: samples in grid.png, at most
 GRID_SAMPLES = 64
@@ -170,8 +170,12 @@ def _check_args(args) -> None:
         raise UsageError(f"--limit must be >= 1, got {args.limit}")
     if args.resolution is not None and args.resolution < 1:
         raise UsageError(f"--resolution must be a positive number of pixels, got {args.resolution}")
-    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise UsageError(f"--out {args.out!r} is a file; give a directory (created if missing)")
+    if not math.isfinite(args.guidance_scale):
+        raise UsageError(f"--guidance_scale must be a finite number, got {args.guidance_scale}")
+    if args.out is not None:
+        blocked = next((p for p in [Path(args.out), *Path(args.out).parents] if p.exists()), None)
+        if blocked is not None and not blocked.is_dir():
+            raise UsageError(f"--out {args.out!r}: {str(blocked)!r} is a file; give a directory (created if missing)")
     problem = check_model_source(args.model)
     if problem:
         raise UsageError(f"--model {problem}")
@@ -254,6 +258,17 @@ def run(args) -> dict:
         set_metrics = set_level_metrics(samples, captions)  # the evaluator's R-precision, FID, ... ({} without it)
         samples, captions = samples[:GRID_SAMPLES], captions[:GRID_SAMPLES]
 
+    if metrics["eval/num_samples"] and metrics["eval/not_applicable"] == metrics["eval/num_samples"]:
+        raise UsageError(
+            f"--reward {args.reward!r} scored none of the {metrics['eval/num_samples']} samples (every score "
+            f"NaN: not applicable): give --prompts it applies to, or another --reward (nothing was written)"
+        )
+    if args.group_by and not groups_of(metrics):
+        raise UsageError(
+            f"--group_by {args.group_by!r}: neither the prompt rows nor the reward's per-sample info carry it; "
+            f"name a field the rows have ({', '.join(sorted({k for r in rows for k in r} - {'prompt'}))}) or '' "
+            "(nothing was written)"
+        )
     out.mkdir(parents=True, exist_ok=True)
     model_path = (
         os.path.abspath(os.path.expanduser(args.model))
@@ -279,11 +294,6 @@ def run(args) -> dict:
             + "  ".join(f"{k.split('/', 1)[1]}={v:.3f}" for k, v in set_metrics.items() if k.count("/") == 1)
         )
     print(f"wrote {out / 'eval.json'} and {out / 'grid.png'}", flush=True)
-    if metrics["eval/num_samples"] and metrics["eval/not_applicable"] == metrics["eval/num_samples"]:
-        raise UsageError(
-            f"--reward {args.reward!r} scored none of the {metrics['eval/num_samples']} samples (every score "
-            f"NaN: not applicable): give --prompts it applies to, or another --reward"
-        )
     return result
 
 

@@ -307,6 +307,28 @@ def test_default_out_and_clear_errors(tiny_dirs, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    "extra,words",
+    [
+        (["--guidance_scale", "nan"], ["--guidance_scale", "finite"]),
+        (["--out", "{tmp}/a_file/inside"], ["--out", "is a file"]),
+        (["--group_by", "colour"], ["--group_by 'colour'", "task"]),  # no row or reward label of that name
+        (["--prompts", "{tmp}/outside.txt"], ["scored none", "--prompts"]),  # the judge applies to none of them
+    ],
+    ids=["nan guidance", "out under a file", "unknown group field", "reward scores nothing"],
+)
+def test_bad_input_is_refused_before_anything_is_written(tiny_dirs, mixed_prompts, tmp_path, capsys, extra, words):
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "outside.txt").write_text("a cat\na dog\n")
+    extra = [a.replace("{tmp}", str(tmp_path)) for a in extra]
+    out = ["--out", str(tmp_path / "o")] if "--out" not in extra else []
+    with pytest.raises(SystemExit) as exc:
+        evaluate_script.main(["--model", tiny_dirs["sd3"], "--prompts", str(mixed_prompts), *out, *FAST, *extra])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and all(w in err for w in words), err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "a_file").is_dir()
+
+
 def test_eval_table_rows_and_task_mean():
     from ddpo_grpo.report import eval_table
 

@@ -308,7 +308,7 @@ def _connect(url, data=b""):
 
 
 def test_idle_connections_do_not_grow_threads():
-    kwargs = dict(max_connections=4, header_timeout=1.0, body_timeout=1.0)  # at most 8 x 4 connections pending
+    kwargs = dict(max_connections=4, header_timeout=3.0, body_timeout=1.0)  # at most 8 x 4 pending; 3 s: a loaded box
     with serving(lambda i, p, m: ([1.0] * len(p), {}), **kwargs) as (srv, url):
         baseline = threading.active_count()  # the serving thread and the 4 workers
         idle = [_connect(url) for _ in range(200)]  # open, send nothing
