@@ -85,6 +85,15 @@ def get_config():
     # uniformly in sde_window_range = (lo, hi) inclusive; None = anywhere in (0, num_steps − size).
     sample.sde_window_size = 0
     sample.sde_window_range = ml_collections.config_dict.placeholder(tuple)  # None, overridable as '(0, 2)'
+    # Memory of the stored trajectories (rollout latents x_0 … x_T, [B, T+1, …] per process): "float32" | "bfloat16" |
+    # "float16". With a 16-bit store the sampler continues from the rounded latent and scores the rounded value, so
+    # the stored transition is the one the policy drew; train/logp_mismatch grows with the rounding (docs/scaling.md
+    # has the measured values per dtype).
+    sample.store_dtype = "float32"
+    # Move the text encoders (and the VAE) to the accelerator only while they run: the epoch's prompt embeddings are
+    # computed once at its start, then the encoders go back to the CPU; the VAE comes to the accelerator to decode.
+    # Saves their memory for the denoiser's training at the cost of two host transfers per epoch. Off: all stay put.
+    sample.offload_encoders = False
 
     # ---- training -----------------------------------------------------------------------------
     config.train = train = ml_collections.ConfigDict()
@@ -161,6 +170,9 @@ def get_config():
     train.lora_alpha = 4.0
     train.lora_dropout = 0.0  # > 0 makes the recomputed log-prob differ from the stored one
     train.lora_target_modules = ()  # module names; () = the adapter's defaults (attention projections)
+    # Recompute the activations of each of the denoiser's blocks (the adapter's shard_blocks) in the backward pass
+    # instead of keeping them: activation memory ≈ one block's instead of all blocks', for ≈ one extra forward.
+    train.gradient_checkpointing = False
     train.ema = False  # keep an EMA of the trainable weights, used for logged samples and the export
     train.ema_decay = 0.95
     # Reference policy of the KL term: "fixed" (the initial model), "hard" (copy the policy every
@@ -235,6 +247,21 @@ def get_config():
     probe.freq = 0
     probe.prompts = 16
     probe.group_size = 4
+
+    # ---- distributed (docs/scaling.md) -------------------------------------------------------------
+    # The same command line runs as 1 process or P (torchrun / accelerate launch; GPUs with NCCL or CPU processes
+    # with gloo). "ddp": every process holds the whole model, gradients are all-reduced. "fsdp": PyTorch FSDP2
+    # (torch.distributed.fsdp.fully_shard) shards the denoiser's parameters, gradients and optimizer state over the P
+    # processes, block by block (the adapter's shard_blocks; ddpo_grpo/sharding.py): per-process memory of those
+    # ≈ 1/P; checkpoints are sharded (torch.distributed.checkpoint) and final/ is consolidated once.
+    config.distributed = distributed = ml_collections.ConfigDict()
+    distributed.strategy = "ddp"  # "ddp" | "fsdp"
+    # fsdp: free each block's gathered parameters after its forward (and gather again for the backward): the
+    # parameter memory of one block at a time, for a second all-gather per block. False keeps them until the backward.
+    distributed.reshard_after_forward = True
+    distributed.cpu_offload = False  # fsdp: parameters, gradients and optimizer state live on the CPU (FSDP2's offload)
+    # fsdp: class names of the denoiser's blocks to shard (each its own FSDP unit); () = the adapter's shard_blocks
+    distributed.shard_blocks = ()
 
     # ---- logging ------------------------------------------------------------------------------
     config.logging = logging = ml_collections.ConfigDict()

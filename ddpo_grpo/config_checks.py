@@ -17,6 +17,8 @@ from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
 from ddpo_grpo.sde import BOUNDED_NOISE, FLOW_KERNELS, KERNELS
 
 REFERENCE_UPDATES = ("fixed", "hard", "soft")
+STRATEGIES = ("ddp", "fsdp")
+STORE_DTYPES = ("float32", "bfloat16", "float16")
 OBJECTIVES = ("grpo", *FORWARD_OBJECTIVES)
 MIXED_PRECISION = ("no", "fp16", "bf16")
 TRACKERS = ("wandb", "tensorboard", "none")
@@ -139,6 +141,14 @@ def validate(config, num_processes: int = 1) -> dict:
     if not 0 <= t.reference_mix_alpha <= 1 or not 0 <= t.ema_decay < 1:
         p.append("train.reference_mix_alpha must be in [0, 1] and train.ema_decay in [0, 1)")
     _choice(p, "reward.aggregation", config.reward.aggregation, ("reward", "advantage"))
+    _choice(p, "sample.store_dtype", s.store_dtype, STORE_DTYPES)
+    d = config.distributed
+    _choice(p, "distributed.strategy", d.strategy, STRATEGIES)
+    if d.cpu_offload and d.strategy != "fsdp":
+        p.append(
+            "distributed.cpu_offload needs distributed.strategy='fsdp' (it is FSDP2's offload of the sharded "
+            "parameters); set the strategy or turn the offload off"
+        )
     if not isinstance(config.reward.num_workers, int) or config.reward.num_workers < 0:
         p.append(f"reward.num_workers={config.reward.num_workers!r} must be an integer ≥ 0 (0 = score synchronously)")
     if not config.reward.fns:
