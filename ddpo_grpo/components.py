@@ -132,6 +132,10 @@ def build_policy_for(config, acc):
             f"sample.noise_level={policy.noise_level}: with no noise every sampling step is deterministic "
             f"and there is no transition to train; set sample.noise_level > 0 (kernel {policy.kernel!r})"
         )
+    if t.gradient_checkpointing or config.distributed.strategy == "fsdp":  # the blocks exist (before any write)
+        from ddpo_grpo import sharding
+
+        sharding.block_names(policy, config.distributed.shard_blocks)
     return policy, path
 
 
@@ -159,6 +163,8 @@ def build_weights(config, policy, acc) -> Weights:
         module.eval()
         if weight_dtype != torch.float32:
             module.to(dtype=weight_dtype)
+        if config.sample.offload_encoders:  # on the device only while they run (memory.resident)
+            module.to("cpu")
     denoiser = policy.denoiser
     if t.use_lora:
         if weight_dtype != torch.float32:
@@ -170,9 +176,10 @@ def build_weights(config, policy, acc) -> Weights:
         denoiser.requires_grad_(True)
     if config.pretrained.init_from:
         init_from(config, denoiser, log=_main_print(acc))
-    params = trainable_parameters(denoiser)
-    for p in params.values():
+    for p in trainable_parameters(denoiser).values():
         p.data = p.data.float()  # trainable weights (and their optimizer state) in float32
+    scale_out(config, policy, acc)
+    params = trainable_parameters(denoiser)  # (FSDP's sharded parameters when sharded)
     ema = EMA(params, t.ema_decay) if t.ema else None
     sampler = None  # the forward objectives' lagging sampling policy (train.sampler_decay_*)
     if t.sampler_decay_rate > 0:
@@ -190,6 +197,47 @@ def build_weights(config, policy, acc) -> Weights:
             alpha=t.reference_mix_alpha,
         )
     return Weights(params, ema, sampler, reference)
+
+
+def sharded(config, acc) -> bool:
+    """True when the run shards the denoiser: distributed.strategy "fsdp" with more than one process."""
+    return config.distributed.strategy == "fsdp" and acc.num_processes > 1
+
+
+def scale_out(config, policy, acc) -> None:
+    """Gradient checkpointing of the denoiser's blocks (train.gradient_checkpointing), then FSDP2 sharding
+    (distributed.strategy "fsdp"; with one process there is nothing to shard and the run says so)."""
+    from ddpo_grpo import sharding
+
+    d = config.distributed
+    if not (config.train.gradient_checkpointing or d.strategy == "fsdp"):
+        return
+    names = sharding.block_names(policy, d.shard_blocks)
+    if config.train.gradient_checkpointing:
+        sharding.checkpoint_blocks(policy.denoiser, names)
+    if d.strategy != "fsdp":
+        return
+    if not sharded(config, acc):
+        _main_print(acc)("distributed.strategy='fsdp' with one process: nothing to shard, the model stays whole")
+        return
+    bf16 = config.mixed_precision == "bf16" and torch.cuda.is_available()
+    sharding.shard(
+        policy.denoiser,
+        names,
+        reshard_after_forward=d.reshard_after_forward,
+        cpu_offload=d.cpu_offload,
+        mixed_precision=torch.bfloat16 if bf16 else None,
+    )
+
+
+def prepare(config, acc, policy, params):
+    """(the model to differentiate, the optimizer): accelerate's DDP wrapping, or the FSDP-sharded denoiser itself."""
+    from ddpo_grpo.optim import build_optimizer
+
+    optimizer = build_optimizer(params, config.train)
+    if sharded(config, acc):
+        return policy.denoiser, optimizer
+    return acc.prepare(policy.denoiser, optimizer)
 
 
 def init_from(config, denoiser, log=print) -> None:
@@ -229,6 +277,25 @@ def build_tracker(config, reward):
     )
 
 
+def training_sampler(config, policy, autocast):
+    """The run's ``rollout.Sampler``: sample.* (steps, guidance, the policy's noise level, the SDE window plan,
+    the store dtype) bound."""
+    from ddpo_grpo.memory import store_dtype
+    from ddpo_grpo.rollout import Sampler
+
+    s = config.sample
+    return Sampler(
+        policy,
+        num_steps=s.num_steps,
+        guidance_scale=s.guidance_scale,
+        noise_level=policy.noise_level,
+        plan=step_plan(config),
+        negative_prompt=s.negative_prompt,
+        autocast=autocast,
+        store_dtype=store_dtype(s.store_dtype),
+    )
+
+
 def step_plan(config):
     """Which sampling steps are stochastic and trained (rollout.StepPlan)."""
     from ddpo_grpo.rollout import StepPlan
@@ -256,7 +323,7 @@ def build_update(config, policy, model, acc, weights: Weights, autocast):
 
 
 def build_hooks(
-    config, run_dir: Path, acc, policy, *, eval_reward, rows, prompt_sampler, ema, probe_sample, probe_score
+    config, run_dir: Path, acc, policy, *, eval_reward, rows, prompt_sampler, ema, probe_sample, probe_score, frozen
 ):
     """The ``hooks.RunHooks`` of the run: evaluation (eval.freq), paired probe (probe.freq), run report."""
     from ddpo_grpo.evaluation import Evaluator
@@ -286,6 +353,8 @@ def build_hooks(
         ema=ema,
         probe_sample=probe_sample,
         probe_score=probe_score,
+        everyone=sharded(config, acc),
+        frozen=frozen,
     )
 
 

@@ -46,6 +46,17 @@ def gather(acc, values) -> np.ndarray:
     return acc.gather(tensor).cpu().numpy()
 
 
+def all_processes(flag: bool) -> bool:
+    """True when ``flag`` holds on every process of the default process group (``flag`` itself without one)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return bool(flag)
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    return bool(value.item())
+
+
 def broadcast(acc, obj):
     """The main process's ``obj`` on every process."""
     if acc.num_processes == 1:
@@ -55,4 +66,4 @@ def broadcast(acc, obj):
     return broadcast_object_list([obj])[0]
 
 
-__all__ = ["broadcast", "gather", "rank", "reduce", "world_size"]
+__all__ = ["all_processes", "broadcast", "gather", "rank", "reduce", "world_size"]

@@ -60,13 +60,18 @@ class FiniteGuard:
     @staticmethod
     def check_weights(params: dict[str, torch.nn.Parameter], epoch: int) -> None:
         """TrainingStopped naming the first trainable weight that is not finite."""
-        finite = torch.stack([torch.isfinite(p.detach()).all() for p in params.values()])
-        if not bool(finite.all()):
-            name = list(params)[int((~finite).nonzero()[0])]
-            raise TrainingStopped(
-                f"epoch {epoch}: trainable weight {name!r} became non-finite after an optimizer step; stopping "
-                f"before anything is saved. {LIKELY_CAUSES}"
-            )
+        from ddpo_grpo.distributed import all_processes
+        from ddpo_grpo.sharding import local
+
+        finite = torch.stack([torch.isfinite(local(p.detach())).all() for p in params.values()]).tolist()
+        if all_processes(all(finite)):  # sharded weights: every process checks its own part
+            return
+        bad = [name for name, ok in zip(params, finite) if not ok]
+        what = f"trainable weight {bad[0]!r}" if bad else "a trainable weight (its shard on another process)"
+        raise TrainingStopped(
+            f"epoch {epoch}: {what} became non-finite after an optimizer step; stopping before anything is saved. "
+            f"{LIKELY_CAUSES}"
+        )
 
 
 class DegenerateEpochs:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ddpo_grpo.sharding import full
+
 #: applied steps whose median gradient norm sets the relative clip (train.grad_norm_ratio)
 WINDOW = 20
 #: no relative clip before this many applied steps
@@ -72,7 +74,7 @@ class OptimizerStep:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.learning_rate * scale
         cap = self.cap()
-        norm = float(self.acc.clip_grad_norm_(list(self.params.values()), cap))
+        norm = float(full(self.acc.clip_grad_norm_(list(self.params.values()), cap)))  # sharded: a DTensor
         if not self.guard.allow(norm, epoch):  # the same norm on every process: all skip together
             self.optimizer.zero_grad(set_to_none=True)
             return norm

@@ -45,6 +45,10 @@ class RunReport:
     def __init__(self, run_dir, rows: Sequence[dict], preview: Callable, group_by: str = ""):
         self.run_dir, self.rows, self.preview, self.group_by = Path(run_dir), list(rows), preview, group_by
 
+    def has_before(self) -> bool:
+        """Whether ``finish`` will draw the after-training samples (it does when ``before`` saved the untrained ones)."""
+        return (self.run_dir / "report" / "before.safetensors").is_file()
+
     def _images(self, sample: Callable):
         """The fixed prompts' previews and captions: the prompt, and its group (e.g. "[position]") when rows carry one."""
         _, samples, captions = sample(self.rows)

@@ -174,12 +174,18 @@ def sample_rollout(
     rng: np.random.Generator | None = None,
     negative_prompt: str = "",
     autocast=None,
+    store_dtype: torch.dtype = torch.float32,
+    cond: dict | None = None,
 ) -> Rollout:
     """Sample one batch with ``model`` (the policy's denoiser, possibly wrapped) and record everything.
 
     rows: dataset rows with a "prompt" key; seeds: one initial-noise seed per row; generator: the
     step-noise generator (on the policy's device); rng: numpy generator for window placement and
-    random step subsets; noise_level: the kernel's stochasticity (0 → deterministic ODE / DDIM).
+    random step subsets; noise_level: the kernel's stochasticity (0 → deterministic ODE / DDIM);
+    cond: the rows' condition when already encoded (``policy.encode_rows``; e.g. once per epoch).
+    store_dtype: the dtype the latents are stored in (``sample.store_dtype``). Below float32 the trajectory itself
+    is rounded to it: the sampler continues from the rounded latent and the stored log-prob is the rounded
+    value's (the kernel scores it), so re-scoring the stored transition gives the stored log-prob.
     """
     import contextlib
 
@@ -190,13 +196,17 @@ def sample_rollout(
     device = policy.device
     b = len(rows)
 
-    with autocast():  # image-conditioned families read more of a row than its prompt
-        cond = policy.encode_rows(rows, negative_prompt)
+    if cond is None:
+        with autocast():  # image-conditioned families read more of a row than its prompt
+            cond = policy.encode_rows(rows, negative_prompt)
     schedule = policy.schedule(num_steps)
     levels = plan.noise_levels(num_steps, noise_level, rng).to(device)  # [T]
     policy.check(schedule, levels)  # once per rollout; the per-step kernel calls skip validation
+    rounded = store_dtype != torch.float32
     x = initial_noise(policy.latent_shape(), seeds, device)  # [B, C, h, w]
-    latents, log_probs, stochastic = [x], [], []
+    if rounded:
+        x = x.to(store_dtype).float()
+    latents, log_probs, stochastic = [x.to(store_dtype)], [], []
     timesteps = schedule.timesteps.to(device)
     kernel_args = {k: v.to(device) for k, v in schedule.kernel_args.items()}
     for j in range(num_steps):
@@ -205,8 +215,10 @@ def sample_rollout(
             out = policy.predict(model, x, t, cond, guidance_scale)  # [B, C, h, w]
         args = {k: v[j].expand(b) for k, v in kernel_args.items()}
         step = policy.step(out, x, args, levels[j].expand(b), generator=generator)
+        if rounded:  # the drawn sample, rounded to the store's precision, and its own log-density
+            step = policy.step(out, x, args, levels[j].expand(b), prev_sample=step.prev_sample.to(store_dtype).float())
         x = step.prev_sample
-        latents.append(x)
+        latents.append(x.to(store_dtype))
         log_probs.append(step.log_prob)
         stochastic.append(step.std.flatten() > 0)
     with autocast():
@@ -228,6 +240,39 @@ def sample_rollout(
     )
 
 
+@dataclass(frozen=True)
+class Sampler:
+    """The training sampler of a run: ``sample_rollout`` with the run's settings bound (``sample.*``); called with a
+    batch's rows, initial-noise seeds, step-noise generator and numpy rng (and its condition when encoded already)."""
+
+    policy: object
+    num_steps: int
+    guidance_scale: float
+    noise_level: float
+    plan: StepPlan
+    negative_prompt: str = ""
+    autocast: object = None
+    store_dtype: torch.dtype = torch.float32
+
+    def __call__(self, rows, seeds, generator, rng, cond: dict | None = None) -> Rollout:
+        return sample_rollout(
+            self.policy,
+            self.policy.denoiser,
+            rows,
+            seeds=seeds,
+            num_steps=self.num_steps,
+            guidance_scale=self.guidance_scale,
+            noise_level=self.noise_level,
+            plan=self.plan,
+            generator=generator,
+            rng=rng,
+            negative_prompt=self.negative_prompt,
+            autocast=self.autocast,
+            store_dtype=self.store_dtype,
+            cond=cond,
+        )
+
+
 def transition_inputs(rollout: Rollout, k: int):
     """Everything needed to re-score the k-th trained transition of every sample.
 
@@ -239,9 +284,9 @@ def transition_inputs(rollout: Rollout, k: int):
     rows = torch.arange(len(rollout), device=j.device)
     args = {name: v[rows, j] for name, v in rollout.kernel_args.items()}
     return (
-        rollout.latents[rows, j],
+        rollout.latents[rows, j].float(),  # (a 16-bit store: the exact values the sampler continued from)
         rollout.timesteps[rows, j],
-        rollout.latents[rows, j + 1],
+        rollout.latents[rows, j + 1].float(),
         args,
         rollout.noise_levels[rows, j],
         j,

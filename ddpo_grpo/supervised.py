@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from ddpo_grpo.seeding import derive_seed
+from ddpo_grpo.sharding import no_sync
 from ddpo_grpo.updates import U_EPS, MinibatchResult, UpdateContext
 
 
@@ -80,7 +81,7 @@ class SupervisedTerm:
         result.counts["sup_skipped"] = batch.skipped
         n = len(batch.index)
         device = ctx.policy.device
-        with contextlib.nullcontext() if sync else ctx.acc.no_sync(ctx.model):
+        with contextlib.nullcontext() if sync else no_sync(ctx.model, ctx.acc):
             if not n:  # nothing to learn here, but every process must take part in a synchronised backward
                 if sync:
                     ctx.acc.backward(sum(p.sum() for p in ctx.params.values()) * 0.0)

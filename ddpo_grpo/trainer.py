@@ -40,9 +40,10 @@ from ddpo_grpo.epoch import Epoch
 from ddpo_grpo.evaluation import every
 from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard, TrainingStopped
 from ddpo_grpo.inner_loop import LoopSettings, objective_metrics, run_inner_epochs
-from ddpo_grpo.optim import OptimizerStep, build_optimizer
+from ddpo_grpo.memory import offloaded, resident
+from ddpo_grpo.optim import OptimizerStep
 from ddpo_grpo.prompts import split_rows
-from ddpo_grpo.rollout import Rollout, sample_rollout
+from ddpo_grpo.rollout import Rollout
 from ddpo_grpo.run_dir import prepare_run_dir, starts_again, stopped_note
 from ddpo_grpo.schedules import loss_weights
 from ddpo_grpo.seeding import derive_seed
@@ -66,11 +67,12 @@ class Trainer:
         self.weights = components.build_weights(config, self.policy, self.acc)
         w = self.weights
         self.params, self.ema, self.sampler, self.reference = w.params, w.ema, w.sampler, w.reference
-        self.model, self.optimizer = self.acc.prepare(self.policy.denoiser, build_optimizer(self.params, config.train))
+        self.model, self.optimizer = components.prepare(config, self.acc, self.policy, self.params)
         self.step = OptimizerStep(self.optimizer, self.params, self.acc, self.guard, config.train, ema=self.ema)
         self.tracker = components.build_tracker(config, self.reward)
-        self.plan, self.loop = components.step_plan(config), LoopSettings.from_config(config)
-        self.noise_level = self.policy.noise_level
+        self.rollout = components.training_sampler(config, self.policy, self.autocast)
+        self.loop, self.noise_level = LoopSettings.from_config(config), self.policy.noise_level
+        self.encoders, self.decoder = offloaded(self.policy) if config.sample.offload_encoders else ([], [])
         self.update, self.supervised = components.build_update(
             config, self.policy, self.model, self.acc, w, self.autocast
         )
@@ -84,11 +86,15 @@ class Trainer:
             prompt_sampler=self.prompt_sampler,
             ema=self.ema,
             probe_sample=lambda rows, seeds, gen, rng: self.rollout(rows, seeds, gen, rng).samples.cpu(),
+            frozen=self.encoders + self.decoder,
             probe_score=lambda samples, rows: self.reward.combine(self.reward(samples, *split_rows(rows))[0]),
         )
         workers = config.reward.num_workers
         self.reward_pool = ThreadPoolExecutor(workers, thread_name_prefix="reward") if workers > 0 else None
-        self.state = RunState(self.run_dir, config, w, self.optimizer, self.step, self.tracker)
+        self.sharded = components.sharded(config, self.acc)
+        self.state = RunState(
+            self.run_dir, config, w, self.optimizer, self.step, self.tracker, model=self.model, sharded=self.sharded
+        )
         self.start_epoch = self.state.resume(config.resume_from, log=self.log) if resume else 0
         self.logger = components.metrics_logger(
             config, self.run_dir, self.acc, self.start_epoch if resume else None, self.log
@@ -175,7 +181,7 @@ class Trainer:
         """Sample every batch; batch b is scored (in reward.num_workers threads) while batch b+1 is sampled."""
         cfg, s = self.config, self.config.sample
         ep = self.epoch_rows(epoch)
-        rollouts, pending, timing = [], [], {"sample": 0.0}
+        rollouts, pending, timing, conds = [], [], {"sample": 0.0}, self.encode_once(ep)
         for b in self.progress(range(s.num_batches_per_epoch), f"epoch {epoch}: sampling"):
             batch = ep.items[b * s.batch_size : (b + 1) * s.batch_size]
             seeds = [
@@ -184,29 +190,21 @@ class Trainer:
             ]
             generator = torch.Generator(self.acc.device).manual_seed(derive_seed(cfg.seed, epoch, self.rank, b, 1))
             rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
+            cond = {k: v[b * s.batch_size : (b + 1) * s.batch_size] for k, v in conds.items()} if conds else None
             with console.timed(timing, "sample"), self.sampler.applied() if self.sampler else contextlib.nullcontext():
-                rollout = self.rollout([ep.rows[g] for g, _ in batch], seeds, generator, rng)
+                with resident(self.decoder, self.acc.device):
+                    rollout = self.rollout([ep.rows[g] for g, _ in batch], seeds, generator, rng, cond)
             rollouts.append(rollout)
             pending.append(self.score(rollout))
         return dataclasses.replace(ep, rollout=Rollout.cat(rollouts), pending=pending), timing
 
-    def rollout(self, rows, seeds, generator, rng) -> Rollout:
-        """One batch of ``rows`` through the training sampler (sample.*) with the weights the model holds."""
-        s = self.config.sample
-        return sample_rollout(
-            self.policy,
-            self.policy.denoiser,
-            rows,
-            seeds=seeds,
-            num_steps=s.num_steps,
-            guidance_scale=s.guidance_scale,
-            noise_level=self.noise_level,
-            plan=self.plan,
-            generator=generator,
-            rng=rng,
-            negative_prompt=s.negative_prompt,
-            autocast=self.autocast,
-        )
+    def encode_once(self, ep: Epoch) -> dict:
+        """With sample.offload_encoders: this process's conditions of the epoch, encoded at once with the encoders
+        brought to the device for it ({} otherwise: each batch encodes its own)."""
+        if not self.encoders:
+            return {}
+        with resident(self.encoders, self.acc.device), torch.no_grad(), self.autocast():
+            return self.policy.encode_rows([ep.rows[g] for g, _ in ep.items], self.config.sample.negative_prompt)
 
     def score(self, rollout: Rollout):
         """Reward scores of one batch: a Future when reward.num_workers > 0, else the scores themselves."""
@@ -265,7 +263,8 @@ class Trainer:
             )
             return result if sup is None else sup.then(result)
 
-        out = self.inner_epochs(len(rollout), ep.index, arrange, minibatch)
+        with resident(self.encoders + self.decoder, self.acc.device, enabled=self.supervised is not None):
+            out = self.inner_epochs(len(rollout), ep.index, arrange, minibatch)
         self.model.eval()
         metrics = objective_metrics(out, t.objective, self.reference is not None)
         metrics = {k: distributed.reduce(self.acc, v) for k, v in metrics.items()}
@@ -287,7 +286,8 @@ class Trainer:
             batch = [view[j] for j in idx.tolist()]
             return self.supervised.backward(batch, lam_sup=lam_sup, epoch=epoch, key=(inner, int(idx[0])), sync=sync)
 
-        out = self.inner_epochs(len(mine), epoch, lambda perm, gen: [mine[j] for j in perm.tolist()], minibatch)
+        with resident(self.encoders + self.decoder, self.acc.device):
+            out = self.inner_epochs(len(mine), epoch, lambda perm, gen: [mine[j] for j in perm.tolist()], minibatch)
         self.model.eval()
         metrics = {"train/grad_norm": out.grad_norm, **self.step.metrics()}
         metrics.pop("train/grad_clipped")
@@ -329,7 +329,7 @@ class Trainer:
 
     def save_checkpoint(self, epoch: int) -> None:
         self.acc.wait_for_everyone()
-        if self.main:
+        if self.main or self.sharded:  # a sharded run: every process writes its shards
             self.state.save(epoch)
         self.acc.wait_for_everyone()
 
@@ -339,8 +339,8 @@ class Trainer:
         self.guard.check_weights(self.params, self.config.num_epochs - 1)
         if self.ema is not None:
             self.guard.check_weights(self.ema.shadow, self.config.num_epochs - 1)
-        if self.main:
-            manifest = final_manifest(self.config, self.policy, self.model_path)
-            self.log(f"final model written to {self.state.export(self.policy, manifest, weights=self.hooks.weights)}")
+        manifest = final_manifest(self.config, self.policy, self.model_path)
+        final = self.state.export(self.policy, manifest, self.hooks.weights, main=self.main, base=self.model_path)
+        self.log(f"final model written to {final}")
         self.acc.wait_for_everyone()
-        return self.run_dir / "final"
+        return final

@@ -32,6 +32,7 @@ import torch
 from ddpo_grpo.losses import aggregation_weight, clipped_surrogate, forward_objective, kl_estimator
 from ddpo_grpo.rollout import Rollout, transition_inputs
 from ddpo_grpo.seeding import derive_seed
+from ddpo_grpo.sharding import no_sync
 from ddpo_grpo.weights import snapshot, swapped
 
 #: objectives whose per-sample loss is −A · (something): a zero advantage gives a zero gradient
@@ -194,7 +195,7 @@ class TransitionUpdate:
                 ref_out = ctx.reference.predict(x, timesteps, batch.cond, st.guidance_scale, ctx.autocast)
                 ref_step = ctx.policy.step(ref_out, x, args, levels, prev_sample=x_next)
             last = sync and k == k_steps - 1
-            with contextlib.nullcontext() if last else ctx.acc.no_sync(ctx.model):
+            with contextlib.nullcontext() if last else no_sync(ctx.model, ctx.acc):
                 with ctx.autocast():
                     out = ctx.policy.predict(
                         ctx.model, x, timesteps, batch.cond, st.guidance_scale, detach_uncond=st.detach_uncond
@@ -277,7 +278,7 @@ class ForwardUpdate:
         )
         kept, result.counts["skipped_samples"] = _kept(adv, self.name, st.beta)
         index, adv = index[kept.cpu()], adv[kept]
-        x0 = batch.latents[kept, -1]  # [B, ...] the final latents
+        x0 = batch.latents[kept, -1].float()  # [B, ...] the final latents
         cond = {key: v[kept] for key, v in batch.cond.items()}
         dims = math.prod(x0.shape[1:])
         options = dict(self.options)
@@ -294,7 +295,7 @@ class ForwardUpdate:
             if ctx.reference is not None:
                 ref_pred = ctx.reference.predict(x_t, timesteps, cond, 1.0, ctx.autocast)
             last = sync and k == k_levels - 1
-            with contextlib.nullcontext() if last else ctx.acc.no_sync(ctx.model):
+            with contextlib.nullcontext() if last else no_sync(ctx.model, ctx.acc):
                 with ctx.autocast():
                     pred = ctx.policy.predict(ctx.model, x_t, timesteps, cond, 1.0)
                 term, info = self.objective(

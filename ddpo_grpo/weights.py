@@ -12,6 +12,8 @@ import contextlib
 
 import torch
 
+from ddpo_grpo.sharding import is_sharded
+
 
 def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     """name -> parameter for every parameter that requires grad (LoRA factors, or the whole denoiser)."""
@@ -34,8 +36,22 @@ def mix_(target: dict[str, torch.Tensor], source: dict[str, torch.Tensor], alpha
 def swapped(params: dict[str, torch.nn.Parameter], values: dict[str, torch.Tensor]):
     """Temporarily make each parameter hold ``values[name]`` (cast to its dtype); restore on exit.
 
-    Only for forward passes without autograd graphs that outlive the context (run under no_grad).
+    Only for forward passes without autograd graphs that outlive the context (run under no_grad). Plain
+    parameters exchange their ``.data`` (no copy); FSDP2's sharded parameters are copied in place and back, since
+    FSDP gathers from the shard's own storage.
     """
+    if any(is_sharded(p) for p in params.values()):
+        with torch.no_grad():
+            saved = {name: p.detach().clone() for name, p in params.items()}
+            for name, p in params.items():
+                p.copy_(values[name].to(dtype=p.dtype))
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, p in params.items():
+                    p.copy_(saved[name])
+        return
     originals = {}
     try:
         for name, p in params.items():

@@ -43,6 +43,9 @@ CASES = [
     ("unknown kernel", ["--config.sample.kernel=ddpx"], 2, ["sample.kernel"]),
     ("unknown deprecated kernel", ["--config.sample.sde_type=ddpx"], 2, ["sample.sde_type"]),
     ("unknown advantage mode", ["--config.train.adv_mode=rank"], 2, ["train.adv_mode"]),
+    ("unknown strategy", ["--config.distributed.strategy=zero3"], 2, ["distributed.strategy"]),
+    ("cpu offload without fsdp", ["--config.distributed.cpu_offload=True"], 2, ["distributed.cpu_offload", "fsdp"]),
+    ("unknown store dtype", ["--config.sample.store_dtype=int8"], 2, ["sample.store_dtype"]),
     ("eta out of range", ["--config.sample.eta=2"], 2, ["sample.eta"]),
     ("negative noise level", ["--config.sample.noise_level=-1"], 2, ["sample.noise_level"]),
     (
@@ -140,6 +143,18 @@ def test_refused_in_one_message_before_anything_is_loaded(case, extra, status, w
         assert word in err, (word, err)
     assert not (tmp_path / "logs" / "r").exists()  # refused before the run directory was made
     assert not (tmp_path / "logs" / "escaped").exists() and not (tmp_path / "escaped").exists()
+
+
+@pytest.mark.parametrize(
+    "extra", [["--config.distributed.strategy=fsdp"], ["--config.train.gradient_checkpointing=True"]]
+)
+def test_blocks_to_shard_must_exist_and_are_checked_before_the_run_directory(tmp_path, capsys, extra):
+    """Known only once the model is loaded (its module classes), but still before anything is written."""
+    _setup(tmp_path)
+    assert train_script.main(_argv(tmp_path, [*extra, "--config.distributed.shard_blocks=('NoSuchBlock',)"])) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: distributed.shard_blocks:") and "JointTransformerBlock" in last, last
+    assert not (tmp_path / "logs" / "r").exists()
 
 
 def test_debug_shows_the_traceback(tmp_path):

@@ -63,7 +63,7 @@ class CorruptCheckpointError(UserError, ValueError):
 # ---------------------------------------------------------------------------
 
 
-def _ckpt_name(epoch: int) -> str:
+def ckpt_name(epoch: int) -> str:
     return f"epoch_{int(epoch):06d}"
 
 
@@ -73,7 +73,7 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     """Flush a directory entry (new/renamed children) to disk; no-op where unsupported."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -93,8 +93,8 @@ def fsync_tree(root: Path) -> None:
         if path.is_file():
             _fsync_file(path)
         else:
-            _fsync_dir(path)
-    _fsync_dir(Path(root))
+            fsync_dir(path)
+    fsync_dir(Path(root))
 
 
 def leftovers(run_dir: PathLike) -> list[Path]:
@@ -140,7 +140,7 @@ def _cleanup_leftovers(root: Path) -> None:
                 shutil.rmtree(p, ignore_errors=True)
 
 
-def _remove_dir_safely(path: Path) -> None:
+def remove_dir_safely(path: Path) -> None:
     """Delete a checkpoint dir by first renaming it to a hidden name, so it vanishes atomically."""
     doomed = path.parent / f"{TMP_PREFIX}del-{path.name}-{os.getpid()}"
     os.rename(path, doomed)
@@ -218,7 +218,7 @@ def _write_contents(
         f.write(json.dumps(payload, indent=1))
         f.flush()
         os.fsync(f.fileno())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
 
 
 def _check_finite_state(obj: Any, where: str) -> None:
@@ -242,7 +242,7 @@ def move_into_place(tmp: Path, final: Path) -> None:
     Every write of a run directory that must never be half-done (checkpoints, ``final/``) ends with it."""
     if not final.exists():
         os.replace(tmp, final)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         return
     old = final.parent / f"{OLD_PREFIX}{final.name}-{os.getpid()}"
     if old.exists():
@@ -253,7 +253,7 @@ def move_into_place(tmp: Path, final: Path) -> None:
     except BaseException:
         os.rename(old, final)  # roll back: the previous version stays valid
         raise
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -281,20 +281,20 @@ def save_checkpoint(
     root = Path(run_dir) / CHECKPOINTS_DIRNAME
     root.mkdir(parents=True, exist_ok=True)
     _cleanup_leftovers(root)
-    name = _ckpt_name(epoch)
+    name = ckpt_name(epoch)
     tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
     tmp.mkdir()
     try:
         _write_contents(tmp, epoch, tensors, optimizer_state, state)
         final = root / name
         move_into_place(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # best effort; a hard crash leaves it for the next save
         raise
     if keep_last:
         for old in list_checkpoints(root)[:-keep_last]:
-            _remove_dir_safely(old)
+            remove_dir_safely(old)
     return final
 
 

@@ -26,8 +26,16 @@ from pathlib import Path
 
 import torch
 
-from ddpo_grpo.checkpoint.files import TMP_PREFIX, fsync_tree, load_latest, move_into_place, save_checkpoint
+from ddpo_grpo.checkpoint.files import (
+    TMP_PREFIX,
+    find_checkpoint,
+    fsync_tree,
+    load_latest,
+    move_into_place,
+    save_checkpoint,
+)
 from ddpo_grpo.checkpoint.rng import rng_state, set_rng_state
+from ddpo_grpo.checkpoint.sharded import load_sharded, save_sharded
 from ddpo_grpo.errors import ConfigError
 
 #: config fields whose change makes a checkpoint's trainable weights not fit the model
@@ -41,42 +49,67 @@ class RunState:
     the reference (objects with ``state_dict`` / ``load_state_dict``; None when not used).
     """
 
-    def __init__(self, run_dir: Path, config, weights, optimizer, step, tracker):
+    def __init__(self, run_dir: Path, config, weights, optimizer, step, tracker, *, model=None, sharded=False):
         self.run_dir, self.config, self.params = Path(run_dir), config, weights.params
         self.optimizer, self.step, self.tracker = optimizer, step, tracker
         self.ema, self.reference, self.sampler = weights.ema, weights.reference, weights.sampler
+        self.model, self.sharded = model, sharded  # sharded: an FSDP run (checkpoint/sharded.py), every process saves
 
-    # ---- checkpoints ----------------------------------------------------------------------------
-    def save(self, epoch: int) -> Path:
-        """The checkpoint of epoch ``epoch`` (main process only)."""
-        tensors = {"model": {k: p.detach().float().cpu() for k, p in self.params.items()}}
+    def _tensors(self) -> dict:
+        """stem -> name -> tensor: the trainable weights and the other copies of them the run keeps."""
+        tensors = {"model": dict(self.params)}
         if self.ema is not None:
             tensors["ema"] = self.ema.state_dict()
         if self.reference is not None and self.reference.state_dict():
             tensors["reference"] = self.reference.state_dict()
         if self.sampler is not None:
             tensors["sampler"] = self.sampler.state_dict()
-        state = {
+        return tensors
+
+    def _state(self, epoch: int) -> dict:
+        return {
             "epoch": epoch,
             **self.step.state_dict(),
             "tracker": self.tracker.state_dict(),
-            "rng": rng_state(),
             "config": json.loads(self.config.to_json()),
         }
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+    def save(self, epoch: int) -> Path:
+        """The checkpoint of epoch ``epoch``: by the main process, or by every process of a sharded run."""
+        keep = self.config.num_checkpoint_limit or None
+        if self.sharded:
+            import torch.distributed as dist
+            from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+            tensors = {**self._tensors(), "optimizer": get_optimizer_state_dict(self.model, self.optimizer)}
+            rank, world = dist.get_rank(), dist.get_world_size()
+            return save_sharded(
+                self.run_dir, epoch, tensors, self._state(epoch), rank=rank, world=world, keep_last=keep
+            )
+        tensors = {stem: {k: t.detach().float().cpu() for k, t in sd.items()} for stem, sd in self._tensors().items()}
+        state = {**self._state(epoch), "rng": rng_state()}
         return save_checkpoint(
             self.run_dir,
             epoch,
             tensors=tensors,
             optimizer_state=self.optimizer.state_dict(),
             state=state,
-            keep_last=self.config.num_checkpoint_limit or None,
+            keep_last=keep,
         )
 
     def resume(self, path, log=print) -> int:
         """Restore the newest complete checkpoint under ``path`` (falling back past a corrupt one, logged);
         return the epoch to continue at."""
+        if self.sharded:
+            return self._resume_sharded(path, log)
         loaded = load_latest(path, log=log)
         found, state = loaded["path"], loaded["state"]
+        if state.get("sharded"):
+            raise ConfigError(
+                f"resume_from: checkpoint {found} is sharded (distributed.strategy='fsdp' over "
+                f"{state.get('world_size')} processes); resume it the same way"
+            )
         self.check_fits(loaded["tensors"]["model"], state.get("config", {}), found)
         with torch.no_grad():
             for name, p in self.params.items():
@@ -90,8 +123,22 @@ class RunState:
         if self.sampler is not None:  # a checkpoint of a run without one: the sampler starts from the weights
             saved = loaded["tensors"].get("sampler")
             self.sampler.load_state_dict(saved if saved is not None else loaded["tensors"]["model"])
+        return self._restored(state, found, log, rng=True)
+
+    def _resume_sharded(self, path, log) -> int:
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+        found = find_checkpoint(path)
+        tensors = {**self._tensors(), "optimizer": get_optimizer_state_dict(self.model, self.optimizer)}
+        state = load_sharded(found, tensors, rank=dist.get_rank(), world=dist.get_world_size())
+        set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=tensors["optimizer"])
+        return self._restored(state, found, log, rng=False)
+
+    def _restored(self, state: dict, found, log, *, rng: bool) -> int:
         self.tracker.load_state_dict(state["tracker"])
-        set_rng_state(state["rng"])
+        if rng:
+            set_rng_state(state["rng"])
         self.step.load_state_dict(state)
         log(f"resumed from {found} (continuing at epoch {state['epoch'] + 1})")
         return state["epoch"] + 1
@@ -124,27 +171,39 @@ class RunState:
         raise ConfigError(f"resume_from: checkpoint {found} does not fit this model: {detail}. {fix}")
 
     # ---- the result -----------------------------------------------------------------------------
-    def export(self, policy, manifest: dict, weights=contextlib.nullcontext) -> Path:
-        """Write ``<run>/final/`` atomically (main process only): the LoRA layers or the whole pipeline, under the
-        ``weights()`` context (e.g. the EMA applied), and the manifest."""
-        from ddpo_grpo.policies import FINAL_MANIFEST
+    def export(
+        self, policy, manifest: dict, weights=contextlib.nullcontext, *, main: bool = True, base: str = ""
+    ) -> Path:
+        """Write ``<run>/final/`` atomically: the LoRA layers or the whole pipeline, under the ``weights()`` context
+        (e.g. the EMA applied), and the manifest. Every process calls it; the main one writes (a sharded run's
+        weights are gathered from every process first, and a full fine-tune's pipeline is saved from a fresh load of
+        the base with them)."""
+        from ddpo_grpo.policies import FINAL_MANIFEST, load_pipeline
+        from ddpo_grpo.sharding import full
 
         final = self.run_dir / "final"
-        tmp = self.run_dir / f"{TMP_PREFIX}final-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
-            with weights():
-                if manifest["kind"] == "lora":
-                    policy.save_lora(tmp, policy.denoiser)
-                else:
-                    policy.save_pipeline(tmp)
-            (tmp / FINAL_MANIFEST).write_text(json.dumps(manifest, indent=2))
-            fsync_tree(tmp)
-            move_into_place(tmp, final)
-        except BaseException:
+        with weights():
+            gathered = {k: full(p).detach().cpu() for k, p in self.params.items()} if self.sharded else None
+            if not main:
+                return final
+            tmp = self.run_dir / f"{TMP_PREFIX}final-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            tmp.mkdir(parents=True)
+            try:
+                if manifest["kind"] == "lora":
+                    policy.save_lora(tmp, policy.denoiser, state_dict=gathered)
+                elif gathered is None:
+                    policy.save_pipeline(tmp)
+                else:
+                    fresh = load_pipeline(base)
+                    getattr(fresh, policy.denoiser_attr).load_state_dict(gathered, strict=False)
+                    fresh.save_pretrained(str(tmp))
+                (tmp / FINAL_MANIFEST).write_text(json.dumps(manifest, indent=2))
+                fsync_tree(tmp)
+                move_into_place(tmp, final)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
         return final
 
 

@@ -108,6 +108,9 @@ class Policy:
     kernels: ClassVar[tuple[str, ...]] = ()
     #: True for families whose rows carry a condition image (`source_image`): their rollouts read the rows
     image_conditioned: ClassVar[bool] = False
+    #: class names of the denoiser's repeated blocks: the units FSDP shards and gradient checkpointing recomputes
+    #: (``ddpo_grpo.sharding``); ``distributed.shard_blocks`` overrides them
+    shard_blocks: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, pipeline, settings: PolicySettings | None = None, **kwargs):
         """Wrap ``pipeline`` with ``settings`` (or the ``PolicySettings`` fields given as keywords)."""
@@ -270,17 +273,18 @@ class Policy:
         )
         self.denoiser.add_adapter(config)
 
-    def save_lora(self, out_dir, model: torch.nn.Module) -> None:
+    def save_lora(self, out_dir, model: torch.nn.Module, state_dict: dict | None = None) -> None:
         """Write the LoRA layers of ``model`` as ``Pipeline.save_lora_weights`` does (read by ``load_lora_weights``).
 
         The layers are saved in peft's key format, which every diffusers LoRA loader accepts (the old
         ``convert_state_dict_to_diffusers`` renaming to ``lora.up/down`` is NOT applied: SD3's loader silently
         drops such keys), together with the adapter's LoraConfig as metadata, without which a loader
         assumes lora_alpha = rank and scales the update wrongly whenever alpha ≠ rank.
+        ``state_dict``: the adapter's tensors when they are not the model's own (a sharded model's, gathered).
         """
         from peft.utils import get_peft_model_state_dict
 
-        layers = get_peft_model_state_dict(model)
+        layers = get_peft_model_state_dict(model, state_dict=state_dict)
         metadata = model.peft_config["default"].to_dict()
         type(self.pipeline).save_lora_weights(
             str(out_dir), **{self.lora_layers_kwarg: layers, self.lora_metadata_kwarg: metadata}

@@ -40,6 +40,16 @@ class DenoiserPolicy(DiffusionPolicy):
         """A private copy of the pipeline's scheduler: set_timesteps mutates it, the pipeline's own stays untouched."""
         return type(self.pipeline.scheduler).from_config(self.pipeline.scheduler.config)
 
+    @property
+    def shard_blocks(self) -> tuple[str, ...]:
+        """The pipeline's shard_blocks, else the class of the items of the denoiser's longest nn.ModuleList."""
+        configured = tuple(self.pipeline.config.get("shard_blocks") or ())
+        if configured:
+            return configured
+        lists = [m for m in self.denoiser.modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
+        longest = max(lists, key=len, default=None)
+        return tuple(dict.fromkeys(type(m).__name__ for m in longest)) if longest is not None else ()
+
     def check_resolution(self) -> None:
         """No pixels: sample.resolution is ignored (the sample shape is the pipeline's sample_shape)."""
 

@@ -9,6 +9,7 @@ class SDPolicy(DiffusionPolicy):
     denoiser_attr = "unet"
     lora_layers_kwarg = "unet_lora_layers"
     default_lora_targets = ("to_q", "to_k", "to_v", "to_out.0")
+    shard_blocks = ("CrossAttnDownBlock2D", "DownBlock2D", "UNetMidBlock2DCrossAttn", "CrossAttnUpBlock2D", "UpBlock2D")
 
     def encode_prompts(self, prompts, negative_prompt=""):
         embeds, neg_embeds = self.pipeline.encode_prompt(

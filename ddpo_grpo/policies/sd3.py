@@ -9,6 +9,7 @@ class SD3Policy(FlowPolicy):
     denoiser_attr = "transformer"
     lora_layers_kwarg = "transformer_lora_layers"
     default_lora_targets = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
+    shard_blocks = ("JointTransformerBlock",)
 
     def encode_prompts(self, prompts, negative_prompt=""):
         prompts = list(prompts)
