@@ -2,6 +2,8 @@
 
 Usage:
   python scripts/evaluate.py --model DIR [--prompts shapes_test] [--reward shapes] [--out DIR] [options]
+  python scripts/evaluate.py --model logs/my_run --compare worlds/shapes/models/sd3 \
+      --reward shapes,shapes_detector                  # paired: the run against its base, by two scorers
   python scripts/evaluate.py --model worlds/motion/models/mdm --kernel ddim --num_steps 20 --guidance_scale 2.5 \
       --per_group 100                                  # a motion pipeline: motion_test, motion_judge, physics
 
@@ -10,17 +12,34 @@ Usage:
               exactly as scripts/sample.py takes it
   --prompts   prompt rows: a prompt source name (default shapes_test, ShapesWorld's held-out split; for a
               motion pipeline motion_test, MotionWorld's) or a .txt / .json / .jsonl file
-  --reward    the scoring reward, a registered name or path/to/file.py:fn (default shapes, the ShapesWorld
-              judge; for a motion pipeline motion_judge, the MotionWorld judge), with --reward_kwargs (a JSON
-              object; default {"score": "strict"} for shapes and motion_judge)
+  --reward    the scoring reward(s), a registered name or path/to/file.py:fn; repeat the flag or give a comma
+              list to score the same samples with several (default shapes, the ShapesWorld judge; for a
+              motion pipeline motion_judge, the MotionWorld judge), with --reward_kwargs (a JSON object; with
+              several rewards, an object of name -> kwargs object; default {"score": "strict"} for shapes,
+              shapes_detector and motion_judge). The first reward's metrics are eval.json's "metrics"; every
+              reward's are under "scorers"
+  --compare BASE  also evaluate BASE (a model as --model takes it) on the same prompts and initial noises,
+              with the same settings, and print the paired difference model − BASE per group and for the
+              mean over groups, with its standard error and 95 % interval (ddpo_grpo/paired.py), for every
+              metric of every reward; eval.json gets "compare": {"model", "scorers", "paired"}
   --group_by  the per-sample label of the per-group table: the reward's info[label] or the rows' field
               (default task); "" = no groups
   --out       output directory (default: <DIR>/eval when --model is a local directory, else ./eval):
                 eval.json  {"metrics": {...}, "model": ..., "args": {...}, ...}
                 grid.png   the first <= 64 samples, in prompt order (prompts in the PNG's "captions" chunk)
-  --limit N   evaluate only the first N prompt rows (quick checks)
+  --limit N   evaluate only the first N prompt rows (quick checks; every one of them once unless --per_group)
   --per_group N  a balanced set of N samples per group instead of every prompt (ShapesWorld's test split
-              has 3 single-object and 9 counting prompts but 312 position prompts)
+              has 3 single-object and 9 counting prompts but 312 position prompts); default
+              DEFAULT_PER_GROUP when the rows carry the --group_by field and no --limit is given, else 0
+              (every prompt). DEFAULT_PER_GROUP is chosen so that the paired SE of the task mean is
+              <= 2 points for a fine-tuned ShapesWorld model against its base (measured: see
+              docs/experiments/2026-11-25-independent-judge.md)
+
+Sampling settings (--num_steps, --guidance_scale, --max_sequence_length, --resolution, --kernel,
+--negative_prompt, --image_guidance_scale): a flag wins; else, for a training run's output, the run's own
+(final/ddpo_grpo_final.json's "sampling", else its newest checkpoint's config: ddpo_grpo/cli.py); else the
+defaults of DEFAULT_SAMPLING. The values used, and where each came from, are printed and saved in eval.json
+("sampling").
 
 Metrics (ddpo_grpo/evaluation.py): the reward's per-sample metrics (the judge's strict and partial)
 over all applicable samples (eval/<m>), per group (eval/<m>/<group>, eval/num_samples/<group>), the
@@ -53,7 +72,14 @@ import os
 import sys
 from pathlib import Path
 
-from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows, native_resolution
+from ddpo_grpo.cli import (
+    UsageError,
+    check_model_source,
+    load_model,
+    load_rows,
+    native_resolution,
+    resolve_sampling,
+)
 from ddpo_grpo.report import eval_table, groups_of
 
 #: samples in grid.png, at most
@@ -61,7 +87,19 @@ GRID_SAMPLES = 64
 #: --prompts / --reward when not given: image pipelines (ShapesWorld) and motion pipelines (MotionWorld)
 DEFAULTS = {"image": ("shapes_test", "shapes"), "motion": ("motion_test", "motion_judge")}
 #: rewards scored {"score": "strict"} unless --reward_kwargs says otherwise
-STRICT_BY_DEFAULT = ("shapes", "motion_judge")
+STRICT_BY_DEFAULT = ("shapes", "shapes_detector", "motion_judge")
+#: sampling settings when neither a flag nor the run's own settings give them (resolution None = native)
+DEFAULT_SAMPLING = {
+    "num_steps": 40,
+    "guidance_scale": 4.5,
+    "max_sequence_length": 77,
+    "resolution": None,
+    "kernel": "",
+    "negative_prompt": "",
+    "image_guidance_scale": None,
+}
+#: --per_group when not given and no --limit: image pipelines (ShapesWorld) and motion pipelines (MotionWorld)
+DEFAULT_PER_GROUP = {"image": 128, "motion": 100}
 
 
 def pipeline_kind(pipeline) -> str:
@@ -86,22 +124,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--reward",
+        action="append",
         default=None,
-        help="the scoring reward: a registered name or path/to/file.py:fn (default: shapes; motion_judge "
-        "for a motion pipeline)",
+        help="the scoring reward(s): a registered name or path/to/file.py:fn; repeat or give a comma list for "
+        "several (default: shapes; motion_judge for a motion pipeline)",
     )
     p.add_argument(
         "--reward_kwargs",
         default=None,
-        help='JSON object of the reward factory\'s keyword arguments (default: {"score": "strict"} for '
-        "shapes and motion_judge)",
+        help="JSON object of the reward factory's keyword arguments; with several rewards, {name: {...}} (default: "
+        '{"score": "strict"} for shapes, shapes_detector and motion_judge)',
+    )
+    p.add_argument(
+        "--compare",
+        default=None,
+        metavar="BASE",
+        help="also evaluate BASE on the same prompts and noises and print the paired difference (model − BASE)",
     )
     p.add_argument("--group_by", default="task", help='per-sample label of the per-group table ("" = none)')
     p.add_argument(
         "--out", default=None, help="output directory (default: <model>/eval for a local directory, else ./eval)"
     )
-    p.add_argument("--num_steps", type=int, default=40, help="denoising steps")
-    p.add_argument("--guidance_scale", type=float, default=4.5, help="classifier-free guidance weight (<= 1: off)")
+    p.add_argument("--num_steps", type=int, default=None, help="denoising steps (default: the run's, else 40)")
+    p.add_argument(
+        "--guidance_scale",
+        type=float,
+        default=None,
+        help="classifier-free guidance weight, <= 1: off (default: the run's, else 4.5)",
+    )
     p.add_argument("--per_prompt", type=int, default=1, help="samples per prompt")
     p.add_argument(
         "--seed", type=int, default=0, help="base seed; image k of prompt i uses a seed derived from (seed, i, k)"
@@ -110,46 +160,81 @@ def build_parser() -> argparse.ArgumentParser:
         "--resolution",
         type=int,
         default=None,
-        help="image side in pixels (default: the pipeline's native size); the judge resizes to 64",
+        help="image side in pixels (default: the run's, else the pipeline's native size); the judge resizes to 64",
     )
-    p.add_argument("--max_sequence_length", type=int, default=77, help="text tokens for encoders that take it (T5)")
-    p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
+    p.add_argument(
+        "--max_sequence_length",
+        type=int,
+        default=None,
+        help="text tokens for encoders that take it, T5 (default: the run's, else 77)",
+    )
+    p.add_argument(
+        "--negative_prompt",
+        default=None,
+        help="negative prompt for classifier-free guidance (default: the run's, else '')",
+    )
+    p.add_argument(
+        "--image_guidance_scale",
+        type=float,
+        default=None,
+        help="image-conditioned pipelines: the image guidance s_I >= 1 (default: the run's, else the adapter's)",
+    )
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N prompts")
     p.add_argument(
         "--per_group",
         type=int,
-        default=0,
-        help="> 0: a balanced set of N samples per group (each group's prompts cycled, a new "
-        "seed per pass) instead of every prompt × --per_prompt",
+        default=None,
+        help="> 0: a balanced set of N samples per group (each group's prompts cycled, a new seed per pass); 0: every "
+        f"prompt × --per_prompt (default: {DEFAULT_PER_GROUP['image']} for images, {DEFAULT_PER_GROUP['motion']} for "
+        "motions; 0 with --limit)",
     )
     p.add_argument("--batch_size", type=int, default=16, help="images per denoiser batch")
     p.add_argument(
         "--kernel",
-        default="",
+        default=None,
         choices=["", "flow_grpo", "dance", "cps", "ddim", "ddpm"],
         help="the transition kernel (sample.kernel; '' = the family's default: flow_grpo, ddim, or a denoiser "
-        "pipeline's scheduler kind)",
+        "pipeline's scheduler kind; default: the run's)",
     )
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     return p
 
 
-def _load_reward(args):
-    """The scoring reward of --reward / --reward_kwargs (a UsageError naming the flag on failure)."""
+def reward_names(args) -> list[str]:
+    """The rewards of the (repeatable, comma-separated) --reward flag, in order, without repeats."""
+    names = [n.strip() for value in args.reward or [] for n in value.split(",")]
+    if any(not n for n in names):
+        raise UsageError(f"--reward {','.join(args.reward)!r}: an empty reward name; give name[,name...]")
+    return list(dict.fromkeys(names))
+
+
+def _load_rewards(args, names: list[str]) -> dict:
+    """``{name: reward fn}`` of ``names`` with --reward_kwargs (a UsageError naming the flag on failure)."""
     from reward_models import load_reward
 
     try:
-        kwargs = json.loads(args.reward_kwargs) if args.reward_kwargs else {}
+        given = json.loads(args.reward_kwargs) if args.reward_kwargs else None
     except json.JSONDecodeError as exc:
         raise UsageError(f"--reward_kwargs is not valid JSON: {exc}") from exc
-    if not isinstance(kwargs, dict):
-        raise UsageError(f"--reward_kwargs must be a JSON object, got {type(kwargs).__name__}")
-    if args.reward_kwargs is None and args.reward in STRICT_BY_DEFAULT:
-        kwargs = {"score": "strict"}
-    try:
-        return load_reward(args.reward, **kwargs)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"--reward {args.reward!r}: {exc}") from exc
+    if given is not None and not isinstance(given, dict):
+        raise UsageError(f"--reward_kwargs must be a JSON object, got {type(given).__name__}")
+    if given is not None and len(names) > 1:
+        bad = [k for k, v in given.items() if k not in names or not isinstance(v, dict)]
+        if bad:
+            raise UsageError(
+                f"--reward_kwargs with several rewards is an object of reward name -> kwargs object; {bad[0]!r} is "
+                f"not one of --reward {', '.join(names)} with an object value"
+            )
+    rewards = {}
+    for name in names:
+        kwargs = given if len(names) == 1 else (given or {}).get(name)
+        if kwargs is None:
+            kwargs = {"score": "strict"} if name in STRICT_BY_DEFAULT else {}
+        try:
+            rewards[name] = load_reward(name, **kwargs)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"--reward {name!r}: {exc}") from exc
+    return rewards
 
 
 def default_out(model: str) -> Path:
@@ -159,26 +244,34 @@ def default_out(model: str) -> Path:
 
 
 def _check_args(args) -> None:
-    for name in ("num_steps", "batch_size", "per_prompt", "max_sequence_length"):
+    for name in ("batch_size", "per_prompt"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.per_group < 0:
+    if args.per_group is not None and args.per_group < 0:
         raise UsageError(f"--per_group must be >= 0 (0 = every prompt), got {args.per_group}")
     if args.per_group and not args.group_by:
         raise UsageError("--per_group needs --group_by (the row field to balance)")
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be >= 1, got {args.limit}")
-    if args.resolution is not None and args.resolution < 1:
-        raise UsageError(f"--resolution must be a positive number of pixels, got {args.resolution}")
-    if not math.isfinite(args.guidance_scale):
-        raise UsageError(f"--guidance_scale must be a finite number, got {args.guidance_scale}")
     if args.out is not None:
         blocked = next((p for p in [Path(args.out), *Path(args.out).parents] if p.exists()), None)
         if blocked is not None and not blocked.is_dir():
             raise UsageError(f"--out {args.out!r}: {str(blocked)!r} is a file; give a directory (created if missing)")
-    problem = check_model_source(args.model)
-    if problem:
-        raise UsageError(f"--model {problem}")
+    for flag, model in (("--model", args.model), ("--compare", args.compare)):
+        problem = check_model_source(model) if model is not None else None
+        if problem:
+            raise UsageError(f"{flag} {problem}")
+
+
+def _check_sampling(args) -> None:
+    """The sampling settings, once resolved from flags, the run and the defaults."""
+    for name in ("num_steps", "max_sequence_length"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.resolution is not None and args.resolution < 1:
+        raise UsageError(f"--resolution must be a positive number of pixels, got {args.resolution}")
+    if not math.isfinite(args.guidance_scale):
+        raise UsageError(f"--guidance_scale must be a finite number, got {args.guidance_scale}")
 
 
 def _json_safe(value):
@@ -198,49 +291,60 @@ def _write_json(obj: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def run(args) -> dict:
-    """Evaluate as ``args`` say, write eval.json and grid.png, print the table; return the eval.json object."""
-    import torch
+class Scorers:
+    """Every reward on every evaluated batch: each reward's per-sample results (``evaluation.score_batch``), and
+    the first reward's output handed back to the evaluation loop (its metrics are the evaluation's own)."""
 
+    def __init__(self, rewards: dict, group_by: str):
+        from ddpo_grpo.evaluation import Scored
+
+        self.rewards, self.group_by = rewards, group_by
+        self.scored = {name: Scored({}, [], []) for name in rewards}
+
+    def __call__(self, samples, prompts, metadata):
+        from ddpo_grpo.evaluation import score_batch
+
+        rows = [{"prompt": p, **(m or {})} for p, m in zip(prompts, metadata)]
+        first = None
+        for name, fn in self.rewards.items():
+            out = fn(samples, prompts, metadata)
+            first = out if first is None else first
+            self.scored[name].extend(score_batch(samples, rows, lambda *_, out=out: out, self.group_by))
+        return first
+
+    def metrics(self) -> dict:
+        """``{reward: eval/* metrics}`` (``evaluation.summarize``)."""
+        from ddpo_grpo.evaluation import summarize
+
+        return {n: summarize(s.values, s.groups, s.applicable, self.group_by) for n, s in self.scored.items()}
+
+    def values(self, name: str) -> dict:
+        """``{metric: per-sample values}`` of reward ``name``, NaN where it was not applicable."""
+        s = self.scored[name]
+        return {m: [v if ok else math.nan for v, ok in zip(vals, s.applicable)] for m, vals in s.values.items()}
+
+
+def _sample_and_score(pipeline, args, rows, rewards: dict, kind: str, device):
+    """Deterministic samples of ``pipeline`` for ``rows`` scored by every reward: ``(Scorers, samples, captions,
+    policy, resolution)`` (samples: the first GRID_SAMPLES, all of them for motions)."""
     from ddpo_grpo.evaluation import evaluate
-    from ddpo_grpo.logging_utils import save_grid
     from ddpo_grpo.policies import build_policy
 
-    _check_args(args)
-    given = args.prompts is not None and args.reward is not None
-    if given:  # bad explicit inputs fail before the model loads
-        reward, rows = _load_reward(args), load_rows(args.prompts)
-    pipeline = load_model(args.model)
-    kind = pipeline_kind(pipeline)
-    args.prompts = args.prompts if args.prompts is not None else DEFAULTS[kind][0]
-    args.reward = args.reward if args.reward is not None else DEFAULTS[kind][1]
-    if not given:
-        reward, rows = _load_reward(args), load_rows(args.prompts)
-    if args.limit is not None:
-        rows = rows[: args.limit]
-    if kind == "motion":
-        from worlds.motion.evaluation import with_physics
-
-        reward = with_physics(reward)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     resolution = args.resolution or native_resolution(pipeline)
+    extra = {"kernel": args.kernel} if args.kernel else {}
+    if args.image_guidance_scale is not None:  # (read by the image-conditioned families only)
+        extra["image_guidance_scale"] = args.image_guidance_scale
     try:
-        policy = build_policy(
-            pipeline,
-            resolution=resolution,
-            max_sequence_length=args.max_sequence_length,
-            **({"kernel": args.kernel} if args.kernel else {}),
-        )
+        policy = build_policy(pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length, **extra)
     except ValueError as exc:
         flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"
         raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
-    out = Path(args.out) if args.out is not None else default_out(args.model)
-
-    metrics, samples, captions = evaluate(
+    scorers = Scorers(rewards, args.group_by)
+    _, samples, captions = evaluate(
         policy,
         rows,
-        reward,
+        scorers,
         num_steps=args.num_steps,
         guidance_scale=args.guidance_scale,
         per_prompt=args.per_prompt,
@@ -251,18 +355,100 @@ def run(args) -> dict:
         negative_prompt=args.negative_prompt,
         max_samples=None if kind == "motion" else GRID_SAMPLES,
     )
+    return scorers, samples, captions, policy, resolution
+
+
+def paired_tables(base: Scorers, model: Scorers) -> dict:
+    """``{reward: {metric: paired_by_group(base, model)}}``: the paired difference model − base of every metric."""
+    from ddpo_grpo.paired import paired_by_group
+
+    out = {}
+    for name in model.scored:
+        groups = model.scored[name].groups
+        b, a = base.values(name), model.values(name)
+        out[name] = {m: paired_by_group(b[m], a[m], groups) for m in a if m in b}
+    return out
+
+
+def _paired_json(tables: dict, group_by: str) -> dict:
+    from ddpo_grpo.paired import MEAN
+
+    def key(label):
+        return "all" if label == "" else (f"{group_by}_mean" if label == MEAN else str(label))
+
+    return {n: {m: {key(g): p.to_dict() for g, p in t.items()} for m, t in by_m.items()} for n, by_m in tables.items()}
+
+
+def _abspath(model: str) -> str:
+    path = os.path.expanduser(model)
+    return os.path.abspath(path) if os.path.exists(path) else model
+
+
+def run(args) -> dict:
+    """Evaluate as ``args`` say, write eval.json and grid.png, print the tables; return the eval.json object."""
+    import torch
+
+    from ddpo_grpo.logging_utils import save_grid
+    from ddpo_grpo.paired import format_paired
+
+    _check_args(args)
+    names = reward_names(args)
+    given = args.prompts is not None and bool(names)
+    if given:  # bad explicit inputs fail before the model loads
+        rewards, rows = _load_rewards(args, names), load_rows(args.prompts)
+    pipeline = load_model(args.model)
+    kind = pipeline_kind(pipeline)
+    args.prompts = args.prompts if args.prompts is not None else DEFAULTS[kind][0]
+    names = names or [DEFAULTS[kind][1]]
+    args.reward = ",".join(names)
+    if not given:
+        rewards, rows = _load_rewards(args, names), load_rows(args.prompts)
+    if args.limit is not None:
+        rows = rows[: args.limit]
+    if args.per_group is None:  # balanced groups by default, when the rows have groups and no --limit asks for a few
+        grouped = bool(args.group_by) and any(args.group_by in r for r in rows)
+        args.per_group = DEFAULT_PER_GROUP[kind] if grouped and args.limit is None else 0
+    if kind == "motion":
+        from worlds.motion.evaluation import with_physics
+
+        rewards[names[0]] = with_physics(rewards[names[0]])
+    sampling = resolve_sampling(args, args.model, DEFAULT_SAMPLING)
+    _check_sampling(args)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    out = Path(args.out) if args.out is not None else default_out(args.model)
+
+    pipeline_class = type(pipeline).__name__
+    scorers, samples, captions, policy, resolution = _sample_and_score(pipeline, args, rows, rewards, kind, device)
+    del pipeline
+    by_reward = scorers.metrics()
+    metrics = by_reward[names[0]]
     set_metrics = {}
     if kind == "motion":
         from worlds.motion.evaluation import set_level_metrics
 
         set_metrics = set_level_metrics(samples, captions)  # the evaluator's R-precision, FID, ... ({} without it)
         samples, captions = samples[:GRID_SAMPLES], captions[:GRID_SAMPLES]
-
-    if metrics["eval/num_samples"] and metrics["eval/not_applicable"] == metrics["eval/num_samples"]:
-        raise UsageError(
-            f"--reward {args.reward!r} scored none of the {metrics['eval/num_samples']} samples (every score "
-            f"NaN: not applicable): give --prompts it applies to, or another --reward (nothing was written)"
+    compare = None
+    if args.compare is not None:
+        print(
+            f"comparing with {args.compare} on the same prompts and initial noises, with the same settings", flush=True
         )
+        base, base_samples, base_captions, base_policy, _ = _sample_and_score(
+            load_model(args.compare), args, rows, rewards, kind, device
+        )
+        tables = paired_tables(base, scorers)
+        compare = {
+            "model": _abspath(args.compare),
+            "scorers": base.metrics(),
+            "paired": _paired_json(tables, args.group_by),
+        }
+
+    for name, m in by_reward.items():
+        if m["eval/num_samples"] and m["eval/not_applicable"] == m["eval/num_samples"]:
+            raise UsageError(
+                f"--reward {name!r} scored none of the {m['eval/num_samples']} samples (every score NaN: not "
+                f"applicable): give --prompts it applies to, or another --reward (nothing was written)"
+            )
     if args.group_by and not groups_of(metrics):
         raise UsageError(
             f"--group_by {args.group_by!r}: neither the prompt rows nor the reward's per-sample info carry it; "
@@ -270,24 +456,36 @@ def run(args) -> dict:
             "(nothing was written)"
         )
     out.mkdir(parents=True, exist_ok=True)
-    model_path = (
-        os.path.abspath(os.path.expanduser(args.model))
-        if os.path.exists(os.path.expanduser(args.model))
-        else args.model
-    )
     result = {
         "metrics": metrics,
+        "scorers": by_reward,
         "set_metrics": set_metrics,
-        "model": model_path,
-        "pipeline_class": type(pipeline).__name__,
+        "model": _abspath(args.model),
+        "pipeline_class": pipeline_class,
         "num_prompts": len(rows),
         "resolution": resolution,
+        "sampling": sampling,
         "args": {**vars(args), "out": str(out)},
     }
+    if compare is not None:
+        result["compare"] = compare
     _write_json(result, out / "eval.json")
     nrow = args.per_prompt if 1 < args.per_prompt <= 16 else (4 if kind == "motion" else 8)
     save_grid(policy.preview(samples), captions, str(out / "grid.png"), nrow=nrow)
-    print(eval_table(None, metrics, args.group_by))
+    if compare is not None:
+        save_grid(
+            base_policy.preview(base_samples[:GRID_SAMPLES]),
+            base_captions[:GRID_SAMPLES],
+            str(out / "grid_base.png"),
+            nrow=nrow,
+        )
+    for name, reward_metrics in by_reward.items():
+        if len(by_reward) > 1 or compare is not None:
+            print(f"\n{name}" + (f": {args.compare} → {args.model}" if compare is not None else ""))
+        print(eval_table(compare["scorers"][name] if compare else None, reward_metrics, args.group_by))
+        if compare is not None:
+            for metric, table in tables[name].items():
+                print(format_paired(table, f"{name} {metric}"))
     if set_metrics:
         print(
             "set-level (text–motion evaluator): "

@@ -25,6 +25,12 @@ Examples:
   python scripts/sample.py --model stabilityai/stable-diffusion-3.5-medium --prompts prompts.txt \
       --out samples/base --seed 0 --resolution 512 --num_steps 40 --guidance_scale 4.5
 
+Sampling settings (--num_steps, --guidance_scale, --max_sequence_length, --resolution, --kernel,
+--negative_prompt, --image_guidance_scale): a flag wins; else, for a training run's output, the run's own
+(final/ddpo_grpo_final.json's "sampling", else its newest checkpoint's config: ddpo_grpo/cli.py), so a run's
+samples look like its report's; else the defaults of DEFAULT_SAMPLING. The values used, and where each came
+from, are printed.
+
 Sampling is exactly the policy's sampler (``ddpo_grpo.rollout.sample_rollout`` on the model family's
 ``Policy`` adapter), so images match what training and its evaluation images see. The initial noise of
 image k of prompt i is drawn from a seed derived from (--seed, i, k) only, so with the default
@@ -42,9 +48,27 @@ import os
 import sys
 from pathlib import Path
 
-from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows, native_resolution
+from ddpo_grpo.cli import (
+    UsageError,
+    check_model_source,
+    load_model,
+    load_rows,
+    native_resolution,
+    resolve_sampling,
+)
 from ddpo_grpo.evaluation import image_seed  # (shared with scripts/evaluate.py)
 from ddpo_grpo.seeding import derive_seed
+
+#: sampling settings when neither a flag nor the run's own settings give them (resolution None = native)
+DEFAULT_SAMPLING = {
+    "num_steps": 40,
+    "guidance_scale": 4.5,
+    "max_sequence_length": 77,
+    "resolution": None,
+    "kernel": "",
+    "negative_prompt": "",
+    "image_guidance_scale": None,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,15 +83,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed", type=int, default=0, help="base seed; image k of prompt i uses a seed derived from (seed, i, k)"
     )
-    p.add_argument("--num_steps", type=int, default=40, help="denoising steps")
-    p.add_argument("--guidance_scale", type=float, default=4.5, help="classifier-free guidance weight (<= 1: off)")
+    p.add_argument("--num_steps", type=int, default=None, help="denoising steps (default: the run's, else 40)")
+    p.add_argument(
+        "--guidance_scale",
+        type=float,
+        default=None,
+        help="classifier-free guidance weight, <= 1: off (default: the run's, else 4.5)",
+    )
     p.add_argument(
         "--resolution",
         type=int,
         default=None,
-        help="image side in pixels (default: the pipeline's native size, denoiser sample_size x VAE factor)",
+        help="image side in pixels (default: the run's, else the pipeline's native size, denoiser sample_size x "
+        "VAE factor)",
     )
-    p.add_argument("--max_sequence_length", type=int, default=77, help="text tokens for encoders that take it (T5)")
+    p.add_argument(
+        "--max_sequence_length",
+        type=int,
+        default=None,
+        help="text tokens for encoders that take it, T5 (default: the run's, else 77)",
+    )
     p.add_argument(
         "--noise_level",
         type=float,
@@ -77,12 +112,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sde_type", default=None, help="deprecated: the old name of --kernel for flow models")
     p.add_argument(
         "--kernel",
-        default="",
+        default=None,
         choices=["", "flow_grpo", "dance", "cps", "ddim", "ddpm"],
         help="the transition kernel (sample.kernel; '' = the family's default: flow_grpo, ddim, or a denoiser "
-        "pipeline's scheduler kind)",
+        "pipeline's scheduler kind; default: the run's)",
     )
-    p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
+    p.add_argument(
+        "--negative_prompt",
+        default=None,
+        help="negative prompt for classifier-free guidance (default: the run's, else '')",
+    )
+    p.add_argument(
+        "--image_guidance_scale",
+        type=float,
+        default=None,
+        help="image-conditioned pipelines: the image guidance s_I >= 1 (default: the run's, else the adapter's)",
+    )
     p.add_argument("--batch_size", type=int, default=8, help="images per denoiser batch")
     p.add_argument("--images_per_prompt", type=int, default=1, help="images per prompt")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
@@ -91,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_args(args) -> None:
     for name in ("num_steps", "batch_size", "images_per_prompt", "max_sequence_length"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.noise_level < 0:
         raise UsageError(f"--noise_level must be >= 0, got {args.noise_level}")
@@ -147,16 +192,21 @@ def sample(args) -> list[dict]:
 
     _check_args(args)
     rows = load_rows(args.prompts)
+    resolve_sampling(args, args.model, DEFAULT_SAMPLING)
+    _check_args(args)  # again, with the run's settings filled in
     pipeline = load_model(args.model)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     resolution = args.resolution or native_resolution(pipeline)
+    extra = {"kernel": args.kernel} if args.kernel else {}
+    if args.image_guidance_scale is not None:  # (read by the image-conditioned families only)
+        extra["image_guidance_scale"] = args.image_guidance_scale
     try:
         policy = build_policy(
             pipeline,
             resolution=resolution,
             max_sequence_length=args.max_sequence_length,
             sde_type=args.sde_type,
-            **({"kernel": args.kernel} if args.kernel else {}),
+            **extra,
         )
     except ValueError as exc:
         flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"

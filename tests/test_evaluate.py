@@ -385,3 +385,58 @@ def test_script_on_a_motion_pipeline_reports_judge_and_physics(tmp_path, capsys)
     with pytest.raises(SystemExit) as exc:
         evaluate_script.main(argv[:4] + ["--kernel", "euler"])
     assert exc.value.code == 2
+
+
+# ------------------------------------------------------------------ several scorers, --compare
+
+
+def test_script_several_rewards_and_paired_compare(tiny_dirs, mixed_prompts, tmp_path, capsys):
+    """Two rewards score the same samples; --compare pairs the model with BASE on the same prompts and noises:
+    against itself every difference is exactly 0, against another model the paired means are the two evaluations'."""
+    base = ["--prompts", str(mixed_prompts), "--limit", "8", "--batch_size", "3", *FAST]
+    rewards = ["--reward", "shapes", "--reward", "jpeg_compressibility"]
+
+    def run(out, compare, *extra):
+        argv = ["--model", tiny_dirs["sd3"], "--out", str(out), "--compare", compare, *rewards, *base, *extra]
+        assert evaluate_script.main(argv) == 0
+        return json.loads((out / "eval.json").read_text())
+
+    same = run(tmp_path / "same", tiny_dirs["sd3"])
+    assert set(same["scorers"]) == {"shapes", "jpeg_compressibility"}
+    assert same["metrics"] == same["scorers"]["shapes"] and same["args"]["reward"] == "shapes,jpeg_compressibility"
+    assert same["compare"]["scorers"] == same["scorers"]
+    for name, metric in (("shapes", "strict"), ("shapes", "partial"), ("jpeg_compressibility", "score")):
+        for cell in same["compare"]["paired"][name][metric].values():
+            assert (cell["diff"], cell["up"], cell["down"]) == (0.0, 0, 0) and cell["se"] in (0.0, None)
+    assert set(same["compare"]["paired"]["shapes"]["strict"]) == {*TASKS, "all", "task_mean"}
+    printed = capsys.readouterr().out
+    assert "paired difference (shapes strict), after − before, in points:" in printed
+    assert (
+        "paired difference (jpeg_compressibility score)" in printed and (tmp_path / "same" / "grid_base.png").is_file()
+    )
+
+    other = run(tmp_path / "other", tiny_dirs["sd"], "--reward_kwargs", '{"shapes": {"score": "partial"}}')
+    jpeg = other["compare"]["paired"]["jpeg_compressibility"]["score"]
+    assert jpeg["all"]["after"] == pytest.approx(other["scorers"]["jpeg_compressibility"]["eval/score"])
+    assert jpeg["all"]["before"] == pytest.approx(other["compare"]["scorers"]["jpeg_compressibility"]["eval/score"])
+    assert jpeg["all"]["diff"] == pytest.approx(jpeg["all"]["after"] - jpeg["all"]["before"])
+    assert jpeg["all"]["n"] == 8 and jpeg["all"]["up"] + jpeg["all"]["down"] == 8 and jpeg["all"]["se"] > 0
+    mean = jpeg["task_mean"]
+    assert mean["diff"] == pytest.approx(np.mean([jpeg[t]["diff"] for t in TASKS]))
+    assert mean["se"] == pytest.approx(math.sqrt(sum(jpeg[t]["se"] ** 2 for t in TASKS)) / 4)
+
+
+def test_reward_flags_are_checked(tiny_dirs, tmp_path, capsys):
+    argv = ["--model", tiny_dirs["sd3"], "--prompts", "shapes_test", "--out", str(tmp_path / "o"), *FAST]
+    for extra, message in (
+        (["--reward", "shapes,,jpeg_compressibility"], "empty reward name"),
+        (
+            ["--reward", "shapes,jpeg_compressibility", "--reward_kwargs", '{"score": "partial"}'],
+            "reward name -> kwargs",
+        ),
+        (["--compare", str(tmp_path / "missing")], "--compare"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            evaluate_script.main(argv + extra)
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

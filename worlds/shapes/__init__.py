@@ -6,7 +6,7 @@ The specification is ``worlds/shapes/README.md``; this package is its executable
 * :mod:`.grammar` — the prompt grammar, every prompt of every task, parsing, the train/test split
   (``data/shapes_{train,test}.jsonl``: the prompt sources ``shapes_train`` and ``shapes_test``);
 * :mod:`.judge` — object detection on generated images and strict / partial scoring
-  (not imported here, so ``python -m worlds.shapes.judge`` runs cleanly);
+  (not imported here, so ``python -m worlds.shapes.calibration`` runs cleanly);
 * :mod:`.reward` — the judge as the ``shapes`` reward;
 * ``models/sd3`` and ``models/sd`` — the shipped base models (:data:`SHAPES_SD3`, :data:`SHAPES_SD`),
   reproduced by ``scripts/pretrain_shapes.py``.
