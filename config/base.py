@@ -228,8 +228,20 @@ def get_config():
     # N−1, 2N−1, … and the last), logging eval/* keys; 0 = never
     evaluation.freq = 0
     evaluation.prompts = ""  # a prompt source (as prompts.source); "" = prompts.source
-    evaluation.reward = ""  # a reward name or a reward.sources alias; "" = the first of reward.fns
-    evaluation.reward_kwargs = {}  # keyword arguments of eval.reward's factory ({} with eval.reward "": reward.kwargs)
+    # The scorers of the held-out images (ddpo_grpo/heldout.py): a reward name or reward.sources alias, or several,
+    # comma-separated, all scoring the same images — the first gives the headline eval/* keys, each other one its
+    # own eval.<name>/* keys (e.g. "shapes,shapes_detector": the world judge and a scorer that shares no code with
+    # it); "" = the first of reward.fns. The training reward is scored on the same images too (eval.train/score).
+    evaluation.reward = ""
+    # keyword arguments of the scorer's factory; with several scorers a dict name -> kwargs ({} with eval.reward "":
+    # reward.kwargs of that reward)
+    evaluation.reward_kwargs = {}
+    # The hacking warning (ddpo_grpo/heldout.py): after an evaluation, paired with the untrained model's on the same
+    # prompts and noise, z = mean difference / its standard error (the mean over groups). The run warns when the
+    # training reward's z on the held-out images is at least hacking_rise_z while a held-out scorer's (one that is
+    # not a training reward) is below hacking_hold_z.
+    evaluation.hacking_rise_z = 3.0
+    evaluation.hacking_hold_z = 1.0
     evaluation.group_by = ""  # a row field / per-sample info label to group by (e.g. "task"); "" = no groups
     # > 0: instead of every prompt × per_prompt, a balanced set of per_group samples per value of the rows'
     # group_by field (each group's prompts cycled, one new seed per pass); eval/<group_by>_mean/* weights

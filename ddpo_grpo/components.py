@@ -58,20 +58,23 @@ def accelerator(config, given=None):
 
 
 def build_rewards(config):
-    """(training reward, evaluation reward or None); RewardError naming the reward when one cannot be built.
+    """(training reward, the held-out scorers: name -> reward fn, or None); RewardError naming the reward when one
+    cannot be built.
 
-    The evaluation reward (with eval.freq) is eval.reward (a name, or an alias of reward.sources) with
-    eval.reward_kwargs; "" = the first training reward with its reward.kwargs."""
+    The scorers (with eval.freq) are eval.reward's names (names or aliases of reward.sources) with
+    eval.reward_kwargs; "" = the first training reward with its reward.kwargs (ddpo_grpo/heldout.py)."""
+    from ddpo_grpo.heldout import scorer_kwargs, scorer_names
     from reward_models import build_reward, load_reward
 
     r, e = config.reward, config.eval
     try:
-        reward = build_reward(dict(r.fns), {k: dict(v) for k, v in r.kwargs.items()}, dict(r.sources))
+        sources = {k: v for k, v in r.sources.items() if k in r.fns}  # (the others are eval.reward's aliases)
+        reward = build_reward(dict(r.fns), {k: dict(v) for k, v in r.kwargs.items()}, sources)
         evaluation = None
         if e.freq:
-            name = e.reward or next(iter(r.fns))
-            kwargs = dict(e.reward_kwargs) if e.reward else dict(r.kwargs.get(name, {}))
-            evaluation = load_reward(r.sources.get(name, name), **kwargs)
+            names = scorer_names(e.reward) or [next(iter(r.fns))]
+            kwargs = scorer_kwargs(names, e.reward_kwargs) if e.reward else {names[0]: dict(r.kwargs.get(names[0], {}))}
+            evaluation = {n: load_reward(r.sources.get(n, n), **kwargs[n]) for n in names}
     except RewardError:
         raise
     except (ValueError, TypeError, RuntimeError, OSError) as exc:
@@ -323,15 +326,21 @@ def build_update(config, policy, model, acc, weights: Weights, autocast):
 
 
 def build_hooks(
-    config, run_dir: Path, acc, policy, *, eval_reward, rows, prompt_sampler, ema, probe_sample, probe_score, frozen
+    config, run_dir: Path, acc, policy, *, scorers, reward, rows, prompt_sampler, ema, probe_sample, frozen
 ):
-    """The ``hooks.RunHooks`` of the run: evaluation (eval.freq), paired probe (probe.freq), run report."""
-    from ddpo_grpo.evaluation import Evaluator
+    """The ``hooks.RunHooks`` of the run: held-out evaluation (eval.freq), paired probe (probe.freq), run report."""
+    from ddpo_grpo.heldout import HeldOut
     from ddpo_grpo.hooks import RunHooks
     from ddpo_grpo.probe import PairedProbe
+    from ddpo_grpo.prompts import split_rows
     from ddpo_grpo.report import RunReport
 
-    evaluator = Evaluator(config, eval_reward) if config.eval.freq else None
+    def training(samples, prompts, metadata):  # the training reward as a reward fn of the contract
+        return reward.combine(reward(samples, prompts, metadata)[0]), {}
+
+    evaluator = None
+    if config.eval.freq:
+        evaluator = HeldOut(config, scorers, training, reward.names, run_dir, write=acc.is_main_process)
     p = config.probe
     probe = None
     if p.freq:
@@ -352,7 +361,7 @@ def build_hooks(
         report=report,
         ema=ema,
         probe_sample=probe_sample,
-        probe_score=probe_score,
+        probe_score=lambda samples, rows: training(samples, *split_rows(rows))[0],
         everyone=sharded(config, acc),
         frozen=frozen,
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from ddpo_grpo import consistency, schedules
 from ddpo_grpo.advantages import ADVANTAGE_MODES
 from ddpo_grpo.errors import ConfigError
+from ddpo_grpo.heldout import scorer_kwargs, scorer_names
 from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
 from ddpo_grpo.sde import BOUNDED_NOISE, FLOW_KERNELS, KERNELS
 
@@ -198,8 +199,24 @@ def validate(config, num_processes: int = 1) -> dict:
         p.append(f"eval.per_prompt={ev.per_prompt} must be ≥ 1")
     if ev.per_group and not ev.group_by:
         p.append(f"eval.per_group={ev.per_group} needs eval.group_by (the row field to balance, e.g. 'task')")
-    if ev.freq and ev.reward and ev.reward not in config.reward.sources and ":" in ev.reward:
-        p.append(f"eval.reward={ev.reward!r}: give a file reward an alias in reward.sources and name the alias")
+    if ev.freq and ev.reward:
+        names = scorer_names(ev.reward)
+        for name in names:
+            if name not in config.reward.sources and ":" in name:
+                p.append(f"eval.reward={name!r}: give a file reward an alias in reward.sources and name the alias")
+        try:
+            scorer_kwargs(names, ev.reward_kwargs)
+        except ValueError as exc:
+            p.append(str(exc))
+        if "train" in names:
+            p.append("eval.reward: 'train' is the training reward's own name in the evaluation; name another scorer")
+    used = set(config.reward.fns) | (set(scorer_names(ev.reward)) if ev.freq else set())
+    unused = sorted(set(config.reward.sources) - used)
+    if unused:
+        p.append(
+            f"reward.sources has entries {unused} that neither reward.fns nor eval.reward names: add them there, "
+            "or remove them"
+        )
     if p:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
     return derived_totals(config, num_processes)
@@ -241,6 +258,7 @@ def check_inputs(config) -> None:
     Raises ConfigError listing every problem, each with its fix."""
     from ddpo_grpo import checkpoint as ckpt
     from ddpo_grpo.cli import check_model_source
+    from ddpo_grpo.heldout import scorer_names
     from ddpo_grpo.prompts import load_prompts
     from ddpo_grpo.run_dir import holds_result, starts_again
     from reward_models import check_reward_spec
@@ -272,7 +290,8 @@ def check_inputs(config) -> None:
             p.append(f"{field}: {exc}")
     names = {f"reward.fns[{n!r}]": config.reward.sources.get(n, n) for n in config.reward.fns}
     if config.eval.freq and config.eval.reward:
-        names["eval.reward"] = config.reward.sources.get(config.eval.reward, config.eval.reward)
+        for name in scorer_names(config.eval.reward):
+            names[f"eval.reward ({name})"] = config.reward.sources.get(name, name)
     for field, spec in names.items():
         problem = check_reward_spec(spec)
         if problem:

@@ -142,6 +142,33 @@ def score_batch(samples: Any, rows: Sequence[dict], reward: Callable, group_by: 
     return Scored(values, groups, [bool(np.isfinite(s)) for s in scores])
 
 
+class Scorers:
+    """Every reward on every evaluated batch: each reward's per-sample results (``evaluation.score_batch``), and
+    the first reward's output handed back to the evaluation loop (its metrics are the evaluation's own)."""
+
+    def __init__(self, rewards: dict, group_by: str):
+        self.rewards, self.group_by = rewards, group_by
+        self.scored = {name: Scored({}, [], []) for name in rewards}
+
+    def __call__(self, samples, prompts, metadata):
+        rows = [{"prompt": p, **(m or {})} for p, m in zip(prompts, metadata)]
+        first = None
+        for name, fn in self.rewards.items():
+            out = fn(samples, prompts, metadata)
+            first = out if first is None else first
+            self.scored[name].extend(score_batch(samples, rows, lambda *_, out=out: out, self.group_by))
+        return first
+
+    def metrics(self) -> dict:
+        """``{reward: eval/* metrics}`` (``evaluation.summarize``)."""
+        return {n: summarize(s.values, s.groups, s.applicable, self.group_by) for n, s in self.scored.items()}
+
+    def values(self, name: str) -> dict:
+        """``{metric: per-sample values}`` of reward ``name``, NaN where it was not applicable."""
+        s = self.scored[name]
+        return {m: [v if ok else math.nan for v, ok in zip(vals, s.applicable)] for m, vals in s.values.items()}
+
+
 def _numeric(values: list) -> bool:
     return all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values)
 
@@ -258,4 +285,14 @@ def every(epoch: int, freq: int, last: bool) -> bool:
     return bool(freq) and ((epoch + 1) % freq == 0 or last)
 
 
-__all__ = ["Evaluator", "derive_seed", "eval_items", "evaluate", "every", "image_seed", "score", "summarize"]
+__all__ = [
+    "Evaluator",
+    "Scorers",
+    "derive_seed",
+    "eval_items",
+    "evaluate",
+    "every",
+    "image_seed",
+    "score",
+    "summarize",
+]

@@ -70,11 +70,20 @@ def _series(rows: list[dict], key: str) -> tuple[list, list]:
 
 
 def plot_metrics(
-    rows: list[dict], path, *, before: dict | None, headline: Sequence[str], groups: Sequence[str], group_by: str = ""
+    rows: list[dict],
+    path,
+    *,
+    before: dict | None,
+    headline: Sequence[str],
+    groups: Sequence[str],
+    group_by: str = "",
+    paired: Sequence[str] = (),
 ):
     """metrics.png (module docstring). ``rows``: metrics.jsonl's rows; ``before``: the untrained model's evaluation;
     ``headline``: the evaluation keys drawn as solid curves (one per scorer); ``groups``: dotted per-group keys;
-    ``group_by``: the rows' group field, whose training-reward means (reward/<group_by>/<label>) are drawn dashed."""
+    ``group_by``: the rows' group field, whose training-reward means (reward/<group_by>/<label>) are drawn dashed;
+    ``paired``: "paired/<scorer>/<metric>" keys whose held-out gain over the untrained model is drawn as z = diff / SE
+    (the training reward's beside the held-out scorers': the reward-hacking signal, ddpo_grpo/heldout.py)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,7 +91,8 @@ def plot_metrics(
 
     has_probe = any(r.get("probe/diff") is not None for r in rows)
     has_eval = bool(headline)
-    panels = 1 + has_probe + has_eval
+    has_paired = bool(paired)
+    panels = 1 + has_probe + has_eval + has_paired
     fig, axes = plt.subplots(panels, 1, figsize=(10.5, 3.6 * panels), squeeze=False)
     axes = [a[0] for a in axes]
     per_epoch = rows[-1].get("progress/images_seen", 0) / (rows[-1]["epoch"] + 1) if rows else 0
@@ -120,8 +130,20 @@ def plot_metrics(
         ax.set_ylabel("paired reward gain")
         ax.set_title("paired probe: the same prompts and noise against the untrained model", fontsize=9)
 
-    if has_eval:
+    if has_paired:
         ax = axes[-1]
+        for i, key in enumerate(paired):
+            zx = [r["epoch"] for r in rows if r.get(f"{key}/se")]
+            zy = [r[f"{key}/diff"] / r[f"{key}/se"] for r in rows if r.get(f"{key}/se")]
+            ax.plot(zx, zy, marker="o", lw=2 if key.startswith("paired/eval.train/") else 1.2, color=f"C{i}", label=key)
+        for level in (1.0, 3.0):
+            ax.axhline(level, color="grey", lw=0.8, ls="--")
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_ylabel("z = paired gain / SE")
+        ax.set_title("held-out gain over the untrained model: training reward vs held-out scorers", fontsize=9)
+
+    if has_eval:
+        ax = axes[-1 - has_paired]
         evals = ([dict(before, epoch=-1)] if before else []) + [r for r in rows if any(k in r for k in headline)]
         for i, key in enumerate(headline):
             ex, ey = _series(evals, key)

@@ -73,6 +73,8 @@ class RunHooks:
     def evaluate(self) -> dict:
         """eval/* metrics of the evaluation hook (main process; the others wait)."""
         metrics = self.evaluator(self.sample_fixed) if self.main or self.everyone else {}
+        if self.main and self.evaluator.warning:
+            print(self.evaluator.warning, flush=True)  # the hacking warning (heldout.py)
         self.acc.wait_for_everyone()
         return metrics if self.main else {}
 
@@ -129,5 +131,8 @@ class RunHooks:
         """The report after the last epoch (main process)."""
         if self.main:
             self.report.finish(self.sample_fixed, last_metrics)
+            if self.evaluator is not None and self.evaluator.tables:
+                print("held-out, paired with the untrained model (same prompts and noise):", flush=True)
+                print(self.evaluator.report(), flush=True)
         elif self.everyone and self.report.has_before():
             self.sample_fixed(self.report.rows)

@@ -134,6 +134,12 @@ def paired_by_group(
     return out
 
 
+def paired_tables(before: dict, after: dict, groups: Sequence[Hashable], z: float = Z95) -> dict:
+    """``{metric: paired_by_group(before[metric], after[metric], groups)}`` for every metric in both per-sample
+    value dicts (e.g. a reward's strict and partial)."""
+    return {m: paired_by_group(before[m], after[m], groups, z) for m in after if m in before}
+
+
 def format_paired(table: dict, name: str = "", scale: float = 100.0, unit: str = "points") -> str:
     """A printable table of :func:`paired_by_group`'s result (differences × ``scale``, e.g. points)."""
     head = f"paired difference{f' ({name})' if name else ''}, after − before, in {unit}:"
@@ -150,4 +156,13 @@ def format_paired(table: dict, name: str = "", scale: float = 100.0, unit: str =
     return "\n".join(lines)
 
 
-__all__ = ["MEAN", "Z95", "Paired", "format_paired", "mean_over_groups", "paired", "paired_by_group"]
+__all__ = [
+    "MEAN",
+    "Z95",
+    "Paired",
+    "format_paired",
+    "mean_over_groups",
+    "paired",
+    "paired_by_group",
+    "paired_tables",
+]

@@ -109,13 +109,20 @@ def save_before_after(run_dir, before, after, captions) -> Path:
     return captioned_grid(rows, ["before", "after"], captions, report_dir(run_dir) / "before_after.png")
 
 
-def metric_names(metrics: dict) -> list[str]:
-    """The evaluated metrics m of eval/<m> keys (e.g. strict, partial), in key order."""
+def metric_names(metrics: dict, prefix: str = "eval") -> list[str]:
+    """The evaluated metrics m of <prefix>/<m> keys (e.g. strict, partial), in key order; ``prefix`` "eval" is the
+    headline scorer's, "eval.<name>" another scorer's (ddpo_grpo/heldout.py)."""
     return [
         k.split("/")[1]
         for k in metrics
-        if k.count("/") == 1 and k.startswith("eval/") and k.split("/")[1] not in _COUNTS
+        if k.count("/") == 1 and k.startswith(f"{prefix}/") and k.split("/")[1] not in _COUNTS
     ]
+
+
+def scorer_prefixes(metrics: dict) -> list[str]:
+    """The key prefixes of the scorers in ``metrics``: "eval" (the headline scorer), then every "eval.<name>"."""
+    found = dict.fromkeys(k.split("/")[0] for k in metrics if k.startswith("eval.") and "/" in k)
+    return (["eval"] if metric_names(metrics) else []) + list(found)
 
 
 def groups_of(metrics: dict) -> list[str]:
@@ -123,9 +130,9 @@ def groups_of(metrics: dict) -> list[str]:
     return [k.split("/", 2)[2] for k in metrics if k.startswith("eval/num_samples/")]
 
 
-def group_mean_key(metrics: dict, name: str) -> str | None:
-    """The eval/<group_by>_mean/<name> key present in ``metrics``, if any."""
-    pattern = re.compile(rf"^eval/[^/]+_mean/{re.escape(name)}$")
+def group_mean_key(metrics: dict, name: str, prefix: str = "eval") -> str | None:
+    """The <prefix>/<group_by>_mean/<name> key present in ``metrics``, if any."""
+    pattern = re.compile(rf"^{re.escape(prefix)}/[^/]+_mean/{re.escape(name)}$")
     return next((k for k in metrics if pattern.match(k)), None)
 
 
@@ -176,9 +183,13 @@ def plot_metrics(run_dir, before_metrics: dict | None = None, group_by: str = ""
     last = evaluated[-1] if evaluated else {}
     names = metric_names(last)
     headline = [group_mean_key(last, m) or f"eval/{m}" for m in names]
+    for prefix in scorer_prefixes(last)[1:]:  # every other scorer's first metric (the training reward's included)
+        first = metric_names(last, prefix)[:1]
+        headline += [group_mean_key(last, m, prefix) or f"{prefix}/{m}" for m in first]
     groups = [f"eval/{names[0]}/{g}" for g in groups_of(last)] if names else []
+    paired = sorted({k.rsplit("/", 1)[0] for r in rows for k in r if k.startswith("paired/") and k.count("/") == 3})
     out = report_dir(run_dir) / "metrics.png"
-    return draw(rows, out, before=before_metrics, headline=headline, groups=groups, group_by=group_by)
+    return draw(rows, out, before=before_metrics, headline=headline, groups=groups, group_by=group_by, paired=paired)
 
 
 def _num(value) -> float:

@@ -42,7 +42,6 @@ from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard, TrainingStopped
 from ddpo_grpo.inner_loop import LoopSettings, objective_metrics, run_inner_epochs
 from ddpo_grpo.memory import offloaded, resident
 from ddpo_grpo.optim import OptimizerStep
-from ddpo_grpo.prompts import split_rows
 from ddpo_grpo.rollout import Rollout
 from ddpo_grpo.run_dir import prepare_run_dir, starts_again, stopped_note
 from ddpo_grpo.schedules import loss_weights
@@ -81,13 +80,13 @@ class Trainer:
             self.run_dir,
             self.acc,
             self.policy,
-            eval_reward=self.eval_reward,
+            scorers=self.eval_reward,
+            reward=self.reward,
             rows=self.rows,
             prompt_sampler=self.prompt_sampler,
             ema=self.ema,
             probe_sample=lambda rows, seeds, gen, rng: self.rollout(rows, seeds, gen, rng).samples.cpu(),
             frozen=self.encoders + self.decoder,
-            probe_score=lambda samples, rows: self.reward.combine(self.reward(samples, *split_rows(rows))[0]),
         )
         workers = config.reward.num_workers
         self.reward_pool = ThreadPoolExecutor(workers, thread_name_prefix="reward") if workers > 0 else None

@@ -80,6 +80,8 @@ from ddpo_grpo.cli import (
     native_resolution,
     resolve_sampling,
 )
+from ddpo_grpo.evaluation import Scorers
+from ddpo_grpo.paired import paired_tables
 from ddpo_grpo.report import eval_table, groups_of
 
 #: samples in grid.png, at most
@@ -291,39 +293,6 @@ def _write_json(obj: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
-class Scorers:
-    """Every reward on every evaluated batch: each reward's per-sample results (``evaluation.score_batch``), and
-    the first reward's output handed back to the evaluation loop (its metrics are the evaluation's own)."""
-
-    def __init__(self, rewards: dict, group_by: str):
-        from ddpo_grpo.evaluation import Scored
-
-        self.rewards, self.group_by = rewards, group_by
-        self.scored = {name: Scored({}, [], []) for name in rewards}
-
-    def __call__(self, samples, prompts, metadata):
-        from ddpo_grpo.evaluation import score_batch
-
-        rows = [{"prompt": p, **(m or {})} for p, m in zip(prompts, metadata)]
-        first = None
-        for name, fn in self.rewards.items():
-            out = fn(samples, prompts, metadata)
-            first = out if first is None else first
-            self.scored[name].extend(score_batch(samples, rows, lambda *_, out=out: out, self.group_by))
-        return first
-
-    def metrics(self) -> dict:
-        """``{reward: eval/* metrics}`` (``evaluation.summarize``)."""
-        from ddpo_grpo.evaluation import summarize
-
-        return {n: summarize(s.values, s.groups, s.applicable, self.group_by) for n, s in self.scored.items()}
-
-    def values(self, name: str) -> dict:
-        """``{metric: per-sample values}`` of reward ``name``, NaN where it was not applicable."""
-        s = self.scored[name]
-        return {m: [v if ok else math.nan for v, ok in zip(vals, s.applicable)] for m, vals in s.values.items()}
-
-
 def _sample_and_score(pipeline, args, rows, rewards: dict, kind: str, device):
     """Deterministic samples of ``pipeline`` for ``rows`` scored by every reward: ``(Scorers, samples, captions,
     policy, resolution)`` (samples: the first GRID_SAMPLES, all of them for motions)."""
@@ -340,7 +309,7 @@ def _sample_and_score(pipeline, args, rows, rewards: dict, kind: str, device):
         flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"
         raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
-    scorers = Scorers(rewards, args.group_by)
+    scorers = Scorers(rewards, args.group_by)  # ddpo_grpo.evaluation
     _, samples, captions = evaluate(
         policy,
         rows,
@@ -356,18 +325,6 @@ def _sample_and_score(pipeline, args, rows, rewards: dict, kind: str, device):
         max_samples=None if kind == "motion" else GRID_SAMPLES,
     )
     return scorers, samples, captions, policy, resolution
-
-
-def paired_tables(base: Scorers, model: Scorers) -> dict:
-    """``{reward: {metric: paired_by_group(base, model)}}``: the paired difference model − base of every metric."""
-    from ddpo_grpo.paired import paired_by_group
-
-    out = {}
-    for name in model.scored:
-        groups = model.scored[name].groups
-        b, a = base.values(name), model.values(name)
-        out[name] = {m: paired_by_group(b[m], a[m], groups) for m in a if m in b}
-    return out
 
 
 def _paired_json(tables: dict, group_by: str) -> dict:
@@ -436,7 +393,7 @@ def run(args) -> dict:
         base, base_samples, base_captions, base_policy, _ = _sample_and_score(
             load_model(args.compare), args, rows, rewards, kind, device
         )
-        tables = paired_tables(base, scorers)
+        tables = {n: paired_tables(base.values(n), scorers.values(n), scorers.scored[n].groups) for n in scorers.scored}
         compare = {
             "model": _abspath(args.compare),
             "scorers": base.metrics(),
