@@ -57,7 +57,7 @@ class Trainer:
         self.main, self.rank = self.acc.is_main_process, self.acc.process_index
         self.guard = FiniteGuard(config.train.max_consecutive_skips)
         self.degenerate = DegenerateEpochs(config.train.max_degenerate_epochs)
-        self.reward, self.eval_reward = components.build_rewards(config)  # before the seed: draws nothing the run uses
+        self.reward, self.scorers = components.build_rewards(config)  # before the seed: draws nothing the run uses
         self.rows, self.prompt_sampler = components.build_prompts(config)
         torch.manual_seed(config.seed)
         self.policy, self.model_path = components.build_policy_for(config, self.acc)
@@ -80,7 +80,7 @@ class Trainer:
             self.run_dir,
             self.acc,
             self.policy,
-            scorers=self.eval_reward,
+            scorers=self.scorers,
             reward=self.reward,
             rows=self.rows,
             prompt_sampler=self.prompt_sampler,
