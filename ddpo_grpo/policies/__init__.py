@@ -33,6 +33,7 @@ ADAPTERS = {
     "StableDiffusion3Pipeline": "ddpo_grpo.policies.sd3:SD3Policy",
     "StableDiffusionInstructPix2PixPipeline": "ddpo_grpo.policies.ip2p:IP2PPolicy",
     "DenoiserPipeline": "ddpo_grpo.policies.denoiser:DenoiserPolicy",
+    "StableDiffusionXLPipeline": "ddpo_grpo.policies.sdxl:SDXLPolicy",
 }
 
 #: pipeline classes that are not diffusers': class name (model_index.json `_class_name`) -> "module:Class"
