@@ -33,6 +33,8 @@ ADAPTERS = {
     "StableDiffusion3Pipeline": "ddpo_grpo.policies.sd3:SD3Policy",
     "StableDiffusionInstructPix2PixPipeline": "ddpo_grpo.policies.ip2p:IP2PPolicy",
     "DenoiserPipeline": "ddpo_grpo.policies.denoiser:DenoiserPolicy",
+    "FluxPipeline": "ddpo_grpo.policies.flux:FluxPolicy",
+    "FluxKontextPipeline": "ddpo_grpo.policies.kontext:KontextPolicy",
     "StableDiffusionXLPipeline": "ddpo_grpo.policies.sdxl:SDXLPolicy",
 }
 

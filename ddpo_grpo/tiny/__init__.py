@@ -5,6 +5,7 @@ test suite; every tokenizer is built locally (``tiny.common``). One module per f
 
     sd.py      build_tiny_sd (UNet, DDIM), build_tiny_ip2p (8-channel UNet), build_tiny_sd3 (two CLIP encoders, no T5)
     sdxl.py    build_tiny_sdxl (two CLIP encoders, pooled + add_time_ids, Euler scheduler config as shipped)
+    flux.py    build_tiny_flux, build_tiny_kontext (CLIP + T5, packed 2×2 latents, guidance-distilled)
     here       build_tiny_denoiser (``TinyDenoiser``, an MLP over [B, frames, features] predicting x₀ as MDM does,
                cosine-β DDPMScheduler, one projected CLIP text encoder, a SampleNormalizer, heatmap previews)
 
@@ -27,6 +28,7 @@ from diffusers import ModelMixin
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 
 from ddpo_grpo.tiny.common import TEXT_HIDDEN, TOKENIZER_MAX_LENGTH, _char_vocab, build_tokenizer, text_config
+from ddpo_grpo.tiny.flux import build_tiny_flux, build_tiny_kontext
 from ddpo_grpo.tiny.sd import build_tiny_ip2p, build_tiny_sd, build_tiny_sd3
 from ddpo_grpo.tiny.sdxl import build_tiny_sdxl
 
@@ -109,6 +111,8 @@ BUILDERS = {
     "denoiser": build_tiny_denoiser,
     "ip2p": build_tiny_ip2p,
     "sdxl": build_tiny_sdxl,
+    "flux": build_tiny_flux,
+    "kontext": build_tiny_kontext,
 }
 
 #: pipeline class with an adapter -> the tiny builder the adapter test kit runs it on
@@ -118,6 +122,8 @@ FAMILIES = {
     "StableDiffusionInstructPix2PixPipeline": build_tiny_ip2p,
     "DenoiserPipeline": functools.partial(build_tiny_denoiser, scheduler="ddim"),
     "StableDiffusionXLPipeline": build_tiny_sdxl,
+    "FluxPipeline": build_tiny_flux,
+    "FluxKontextPipeline": build_tiny_kontext,
 }
 
 __all__ = [
