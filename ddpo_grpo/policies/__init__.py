@@ -35,6 +35,9 @@ ADAPTERS = {
     "DenoiserPipeline": "ddpo_grpo.policies.denoiser:DenoiserPolicy",
     "FluxPipeline": "ddpo_grpo.policies.flux:FluxPolicy",
     "FluxKontextPipeline": "ddpo_grpo.policies.kontext:KontextPolicy",
+    "QwenImagePipeline": "ddpo_grpo.policies.qwen_image:QwenImagePolicy",
+    "QwenImageEditPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPolicy",
+    "QwenImageEditPlusPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPlusPolicy",
     "StableDiffusionXLPipeline": "ddpo_grpo.policies.sdxl:SDXLPolicy",
 }
 

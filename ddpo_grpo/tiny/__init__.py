@@ -6,6 +6,7 @@ test suite; every tokenizer is built locally (``tiny.common``). One module per f
     sd.py      build_tiny_sd (UNet, DDIM), build_tiny_ip2p (8-channel UNet), build_tiny_sd3 (two CLIP encoders, no T5)
     sdxl.py    build_tiny_sdxl (two CLIP encoders, pooled + add_time_ids, Euler scheduler config as shipped)
     flux.py    build_tiny_flux, build_tiny_kontext (CLIP + T5, packed 2×2 latents, guidance-distilled)
+    qwen.py    build_tiny_qwen_image, build_tiny_qwen_image_edit(_plus) (Qwen2.5-VL encoder, Qwen-Image VAE)
     here       build_tiny_denoiser (``TinyDenoiser``, an MLP over [B, frames, features] predicting x₀ as MDM does,
                cosine-β DDPMScheduler, one projected CLIP text encoder, a SampleNormalizer, heatmap previews)
 
@@ -29,6 +30,7 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 
 from ddpo_grpo.tiny.common import TEXT_HIDDEN, TOKENIZER_MAX_LENGTH, _char_vocab, build_tokenizer, text_config
 from ddpo_grpo.tiny.flux import build_tiny_flux, build_tiny_kontext
+from ddpo_grpo.tiny.qwen import build_tiny_qwen_image, build_tiny_qwen_image_edit, build_tiny_qwen_image_edit_plus
 from ddpo_grpo.tiny.sd import build_tiny_ip2p, build_tiny_sd, build_tiny_sd3
 from ddpo_grpo.tiny.sdxl import build_tiny_sdxl
 
@@ -113,6 +115,9 @@ BUILDERS = {
     "sdxl": build_tiny_sdxl,
     "flux": build_tiny_flux,
     "kontext": build_tiny_kontext,
+    "qwen_image": build_tiny_qwen_image,
+    "qwen_image_edit": build_tiny_qwen_image_edit,
+    "qwen_image_edit_plus": build_tiny_qwen_image_edit_plus,
 }
 
 #: pipeline class with an adapter -> the tiny builder the adapter test kit runs it on
@@ -124,6 +129,9 @@ FAMILIES = {
     "StableDiffusionXLPipeline": build_tiny_sdxl,
     "FluxPipeline": build_tiny_flux,
     "FluxKontextPipeline": build_tiny_kontext,
+    "QwenImagePipeline": build_tiny_qwen_image,
+    "QwenImageEditPipeline": build_tiny_qwen_image_edit,
+    "QwenImageEditPlusPipeline": build_tiny_qwen_image_edit_plus,
 }
 
 __all__ = [
