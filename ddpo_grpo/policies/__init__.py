@@ -38,6 +38,7 @@ ADAPTERS = {
     "QwenImagePipeline": "ddpo_grpo.policies.qwen_image:QwenImagePolicy",
     "QwenImageEditPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPolicy",
     "QwenImageEditPlusPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPlusPolicy",
+    "ZImagePipeline": "ddpo_grpo.policies.zimage:ZImagePolicy",
     "StableDiffusionXLPipeline": "ddpo_grpo.policies.sdxl:SDXLPolicy",
 }
 

@@ -7,6 +7,7 @@ test suite; every tokenizer is built locally (``tiny.common``). One module per f
     sdxl.py    build_tiny_sdxl (two CLIP encoders, pooled + add_time_ids, Euler scheduler config as shipped)
     flux.py    build_tiny_flux, build_tiny_kontext (CLIP + T5, packed 2×2 latents, guidance-distilled)
     qwen.py    build_tiny_qwen_image, build_tiny_qwen_image_edit(_plus) (Qwen2.5-VL encoder, Qwen-Image VAE)
+    zimage.py  build_tiny_zimage (Qwen3 encoder, single-stream transformer)
     here       build_tiny_denoiser (``TinyDenoiser``, an MLP over [B, frames, features] predicting x₀ as MDM does,
                cosine-β DDPMScheduler, one projected CLIP text encoder, a SampleNormalizer, heatmap previews)
 
@@ -33,6 +34,7 @@ from ddpo_grpo.tiny.flux import build_tiny_flux, build_tiny_kontext
 from ddpo_grpo.tiny.qwen import build_tiny_qwen_image, build_tiny_qwen_image_edit, build_tiny_qwen_image_edit_plus
 from ddpo_grpo.tiny.sd import build_tiny_ip2p, build_tiny_sd, build_tiny_sd3
 from ddpo_grpo.tiny.sdxl import build_tiny_sdxl
+from ddpo_grpo.tiny.zimage import build_tiny_zimage
 
 
 class TinyDenoiser(ModelMixin, ConfigMixin):
@@ -118,6 +120,7 @@ BUILDERS = {
     "qwen_image": build_tiny_qwen_image,
     "qwen_image_edit": build_tiny_qwen_image_edit,
     "qwen_image_edit_plus": build_tiny_qwen_image_edit_plus,
+    "zimage": build_tiny_zimage,
 }
 
 #: pipeline class with an adapter -> the tiny builder the adapter test kit runs it on
@@ -132,6 +135,7 @@ FAMILIES = {
     "QwenImagePipeline": build_tiny_qwen_image,
     "QwenImageEditPipeline": build_tiny_qwen_image_edit,
     "QwenImageEditPlusPipeline": build_tiny_qwen_image_edit_plus,
+    "ZImagePipeline": build_tiny_zimage,
 }
 
 __all__ = [
