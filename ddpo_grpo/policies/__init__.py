@@ -40,6 +40,8 @@ ADAPTERS = {
     "QwenImageEditPlusPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPlusPolicy",
     "ZImagePipeline": "ddpo_grpo.policies.zimage:ZImagePolicy",
     "StableDiffusionXLPipeline": "ddpo_grpo.policies.sdxl:SDXLPolicy",
+    "WanPipeline": "ddpo_grpo.policies.wan:WanPolicy",
+    "WanImageToVideoPipeline": "ddpo_grpo.policies.wan_i2v:WanI2VPolicy",
 }
 
 #: pipeline classes that are not diffusers': class name (model_index.json `_class_name`) -> "module:Class"

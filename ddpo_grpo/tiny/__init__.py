@@ -8,6 +8,7 @@ test suite; every tokenizer is built locally (``tiny.common``). One module per f
     flux.py    build_tiny_flux, build_tiny_kontext (CLIP + T5, packed 2×2 latents, guidance-distilled)
     qwen.py    build_tiny_qwen_image, build_tiny_qwen_image_edit(_plus) (Qwen2.5-VL encoder, Qwen-Image VAE)
     zimage.py  build_tiny_zimage (Qwen3 encoder, single-stream transformer)
+    wan.py     build_tiny_wan (text-to-video), build_tiny_wan_i2v (image-to-video, two experts)
     here       build_tiny_denoiser (``TinyDenoiser``, an MLP over [B, frames, features] predicting x₀ as MDM does,
                cosine-β DDPMScheduler, one projected CLIP text encoder, a SampleNormalizer, heatmap previews)
 
@@ -34,6 +35,7 @@ from ddpo_grpo.tiny.flux import build_tiny_flux, build_tiny_kontext
 from ddpo_grpo.tiny.qwen import build_tiny_qwen_image, build_tiny_qwen_image_edit, build_tiny_qwen_image_edit_plus
 from ddpo_grpo.tiny.sd import build_tiny_ip2p, build_tiny_sd, build_tiny_sd3
 from ddpo_grpo.tiny.sdxl import build_tiny_sdxl
+from ddpo_grpo.tiny.wan import build_tiny_wan, build_tiny_wan_i2v
 from ddpo_grpo.tiny.zimage import build_tiny_zimage
 
 
@@ -121,6 +123,8 @@ BUILDERS = {
     "qwen_image_edit": build_tiny_qwen_image_edit,
     "qwen_image_edit_plus": build_tiny_qwen_image_edit_plus,
     "zimage": build_tiny_zimage,
+    "wan": build_tiny_wan,
+    "wan_i2v": build_tiny_wan_i2v,
 }
 
 #: pipeline class with an adapter -> the tiny builder the adapter test kit runs it on
@@ -136,6 +140,8 @@ FAMILIES = {
     "QwenImageEditPipeline": build_tiny_qwen_image_edit,
     "QwenImageEditPlusPipeline": build_tiny_qwen_image_edit_plus,
     "ZImagePipeline": build_tiny_zimage,
+    "WanPipeline": build_tiny_wan,
+    "WanImageToVideoPipeline": build_tiny_wan_i2v,
 }
 
 __all__ = [
