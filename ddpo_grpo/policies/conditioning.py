@@ -3,7 +3,7 @@
 Source images. Image-conditioned families (InstructPix2Pix, FLUX.1 Kontext, Qwen-Image-Edit(-Plus), Wan image-to-video)
 read each row's ``source_image`` field (``SOURCE_KEY``): a path (relative to ``sample.source_root``, default the working
 directory), a (3, H, W) array / tensor / nested list (uint8 levels or floats in [0, 1]) or a PIL image, read by
-``ddpo_grpo.images.load_image``; Qwen-Image-Edit-Plus rows may give a list of them. ``check_source_rows`` refuses a
+``ddpo_grpo.images.load_image``; Qwen-Image-Edit-Plus rows may give a list of them (paths, arrays or PIL images). ``check_source_rows`` refuses a
 prompt file with a row lacking one before anything is sampled, naming the file and line.
 
 Fixed-length text. A rollout stores the condition of every sample, and batches are concatenated (``Rollout.cat``), so
@@ -31,9 +31,9 @@ def source_list(row: dict, index: int, family: str) -> list:
             f"row {index} (prompt {row.get('prompt')!r}) has no {SOURCE_KEY!r}: {family} conditions on a source "
             f"image; give every row one (an image path, a (3, H, W) array or nested list)"
         )
-    if isinstance(value, (list, tuple)) and value and isinstance(value[0], str):
-        return list(value)  # several paths (Qwen-Image-Edit-Plus)
-    return [value]
+    if isinstance(value, (list, tuple)) and not isinstance(value[0], (list, tuple, int, float)):
+        return list(value)  # several images: paths, arrays or PIL images (Qwen-Image-Edit-Plus)
+    return [value]  # one image (a nested list of numbers is one image too)
 
 
 def load_source(value, size: tuple[int, int], root: str | None, index: int, key: str = SOURCE_KEY) -> torch.Tensor:

@@ -87,38 +87,39 @@ class QwenImageEditPolicy(QwenImagePolicy):
         side = self.square(self.vision_area)
         return [self.pipeline.image_processor.resize(p, side, side) for p in pils]
 
-    def vision_prompt_image(self, images: list):
-        """What ``encode_prompt(image=...)`` takes for one row: Edit one image, Edit-Plus the list."""
-        return images[0] if len(images) == 1 and self.vision_area is None else images
-
     @torch.no_grad()
-    def encode_images(self, pils: list) -> torch.Tensor:
-        """A row's sources -> normalised latents [n, C, h', w'] (the pipeline's preprocess and ``_encode_vae_image``)."""
+    def encode_images(self, pils: list[list]) -> torch.Tensor:
+        """Every row's sources -> normalised latents [B, n, C, h', w'] (the pipeline's preprocess and
+        ``_encode_vae_image``, all images in one batch)."""
         side = self.source_side
-        x = torch.cat([self.pipeline.image_processor.preprocess(p, side, side) for p in pils])  # [n, 3, S, S]
+        flat = [p for row in pils for p in row]
+        x = torch.cat([self.pipeline.image_processor.preprocess(p, side, side) for p in flat])  # [B·n, 3, S, S]
         vae = self.pipeline.vae
-        x = x.unsqueeze(2).to(device=self.device, dtype=vae.dtype)  # [n, 3, 1, S, S]
-        return self.pipeline._encode_vae_image(image=x, generator=None)[:, :, 0]  # [n, C, h', w']
+        x = x.unsqueeze(2).to(device=self.device, dtype=vae.dtype)  # [B·n, 3, 1, S, S]
+        z = self.pipeline._encode_vae_image(image=x, generator=None)[:, :, 0]  # [B·n, C, h', w']
+        return z.reshape(len(pils), len(pils[0]), *z.shape[1:])
+
+    def encode_text(self, prompts: list[str], images: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """(embeds, mask) of the instructions with their rows' vision prompts: Edit encodes the batch in one call (one
+        image per text), Edit-Plus one row per call (its template lists every image of the call for each text)."""
+        if self.vision_area is None:
+            return self.pipeline.encode_prompt(prompt=prompts, image=[i[0] for i in images], device=self.device)
+        parts = [self.pipeline.encode_prompt(prompt=[p], image=i, device=self.device) for p, i in zip(prompts, images)]
+        length = max(e.shape[1] for e, _ in parts)
+        padded = [pad_to(e, m, length) for e, m in parts]
+        return torch.cat([e for e, _ in padded]), torch.cat([m for _, m in padded])
 
     def encode_rows(self, rows, negative_prompt=""):
         pils = self.source_pils(rows)
-        parts = {"embeds": [], "mask": [], "neg_embeds": [], "neg_mask": []}
-        raw = []
-        for row, images in zip(rows, pils):
-            image = self.vision_prompt_image(self.vision_images(images))
-            pos = self.pipeline.encode_prompt(prompt=[row["prompt"]], image=image, device=self.device)
-            neg = self.pipeline.encode_prompt(prompt=[negative_prompt], image=image, device=self.device)
-            raw.append((pos, neg))
+        images = [self.vision_images(p) for p in pils]
+        embeds, mask = self.encode_text([r["prompt"] for r in rows], images)
+        neg_embeds, neg_mask = self.encode_text([negative_prompt] * len(rows), images)
         if self._text_length is None:
-            empty = max(int(n[0].shape[1]) for _, n in raw)
-            self._text_length = empty + self.max_sequence_length
-        for pos, neg in raw:
-            for key, (embeds, mask) in (("embeds", pos), ("neg_embeds", neg)):
-                embeds, mask = pad_to(embeds, mask, self._text_length)
-                parts[key].append(embeds)
-                parts[key.replace("embeds", "mask")].append(mask)
-        cond = {k: torch.cat(v) for k, v in parts.items()}
-        cond["image_latents"] = torch.stack([self.encode_images(p) for p in pils]).to(cond["embeds"].dtype)
+            self._text_length = int(neg_embeds.shape[1]) + self.max_sequence_length
+        embeds, mask = pad_to(embeds, mask, self._text_length)
+        neg_embeds, neg_mask = pad_to(neg_embeds, neg_mask, self._text_length)
+        cond = {"embeds": embeds, "mask": mask, "neg_embeds": neg_embeds, "neg_mask": neg_mask}
+        cond["image_latents"] = self.encode_images(pils).to(embeds.dtype)
         if self.denoiser.config.guidance_embeds:
             cond["guidance"] = torch.full((len(rows),), float(self.settings.distilled_guidance), device=self.device)
         return cond
