@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="image side in pixels (default: the pipeline's native size); the judge resizes to 64",
     )
     p.add_argument("--max_sequence_length", type=int, default=77, help="text tokens for encoders that take it (T5)")
+    p.add_argument(
+        "--num_frames", type=int, default=0, help="video families: frames per video (Wan: 4k + 1; 0 = the default)"
+    )
     p.add_argument("--negative_prompt", default="", help="negative prompt for classifier-free guidance")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N prompts")
     p.add_argument(
@@ -225,10 +228,12 @@ def run(args) -> dict:
             pipeline,
             resolution=resolution,
             max_sequence_length=args.max_sequence_length,
+            num_frames=args.num_frames,
             **({"kernel": args.kernel} if args.kernel else {}),
         )
     except ValueError as exc:
         flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"
+        flag = f"--num_frames {args.num_frames}" if "num_frames" in str(exc) else flag
         raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
     out = Path(args.out) if args.out is not None else default_out(args.model)

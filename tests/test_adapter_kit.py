@@ -12,7 +12,8 @@ ADAPTERS and one in FAMILIES; this module then runs on it (docs/adapters.md).
 6. bf16 autocast stays finite (sampling with CFG, a training forward + backward);
 7. bad settings and rows are refused with a line naming the field;
 8. exact resume through the trainer (2 epochs straight = 1 + resume 1; slow-marked but for one family) and, slow, the
-   dense ``redness`` reward rising by ≥ 3 epoch-0 standard deviations in 10 small epochs.
+   dense ``redness`` reward rising by ≥ 3 epoch-0 standard deviations in 10 small epochs (an expected failure on the
+   families whose random tiny AutoencoderKL hides a mean colour from the latent, ``LEARNS``).
 Slow checks run with ``pytest --runslow``.
 """
 
@@ -277,6 +278,8 @@ def kit_config(root: Path, tmp_path: Path, family: str, **overrides):
     cfg.sample.num_steps, cfg.sample.max_sequence_length = 2, 256
     cfg.sample.source_pixels = SMALL_SOURCE if family in EDIT_FAMILIES else 0
     cfg.reward.num_workers, cfg.logging.progress = 0, False
+    if cls.sample_kind == "array":  # neither images nor videos: a dense mean of the decoded values
+        cfg.reward.sources = {"redness": f"{Path(__file__).parent / 'kit_rewards.py'}:feature_mean"}
     cfg.prompts.source = write_prompts(tmp_path)
     for key, value in overrides.items():
         node = cfg
@@ -354,20 +357,33 @@ LEARNING_RUN = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="on random-weight tiny pipelines the VAE decoders' final GroupNorm removes most of the latent's effect on a "
-    "pixel-mean reward; no setting tried reaches 3 epoch-0 standard deviations in 10 epochs for any family, the "
-    "existing SD3 / SD adapters included (docs/experiments/2026-11-25-model-families.md)",
+#: the families whose tiny pipeline the learning check moves by ≥ 3 σ in 10 epochs (measured, seeded, deterministic on
+#: CPU); on the others the random AutoencoderKL decoders hide a mean colour from the latent: an expected failure
+#: (docs/experiments/2026-11-25-model-families.md), which any other exception than the assertion still fails
+LEARNS = (
+    "DenoiserPipeline",  # (its reward: the mean of the decoded features, tests/kit_rewards.py)
+    "QwenImagePipeline",
+    "QwenImageEditPipeline",
+    "QwenImageEditPlusPipeline",
+    "WanImageToVideoPipeline",
+    "ZImagePipeline",
 )
-@pytest.mark.parametrize("family", FAMILIES)
+NOT_LEARNED = pytest.mark.xfail(
+    raises=AssertionError,
+    strict=False,
+    reason="below 3 epoch-0 standard deviations in 10 epochs on this random-weight tiny pipeline (the same for the "
+    "pre-existing SD / SD3 adapters); docs/experiments/2026-11-25-model-families.md",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", [f if f in LEARNS else pytest.param(f, marks=NOT_LEARNED) for f in FAMILIES])
 def test_dense_reward_rises(tiny_root, family, tmp_path):
-    """``redness`` rises by ≥ 3 of its epoch-0 standard deviations within 10 small epochs (the mean of the last
-    two epochs against epoch 0)."""
+    """``redness`` (a denoiser's: the mean of its features) rises by ≥ 3 of its epoch-0 standard deviations within 10
+    small epochs (the mean of the last two epochs against epoch 0)."""
     rows_ = metrics(run_trainer(kit_config(tiny_root, tmp_path, family, **LEARNING_RUN)).run_dir)
     start, std = rows_[0]["reward/mean"], rows_[0]["reward/std"]
     end = float(np.mean([r["reward/mean"] for r in rows_[-2:]]))
-    print(f"{family}: redness {start:.4f} (std {std:.4f}) -> {end:.4f}: {(end - start) / std:+.1f} std")
+    print(f"{family}: reward {start:.4f} (std {std:.4f}) -> {end:.4f}: {(end - start) / std:+.1f} std")
     assert all(math.isfinite(r["train/loss"]) for r in rows_)
     assert end - start >= 3 * std

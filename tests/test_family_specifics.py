@@ -143,3 +143,15 @@ def test_unsupported_pipeline_class_is_one_line(tmp_path):
     (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "CogVideoXPipeline"}))
     with pytest.raises(ConfigError, match=r"is a 'CogVideoXPipeline'; supported pipeline classes: .*docs/adapters.md"):
         load_pipeline(str(tmp_path))
+
+
+def test_attention_backend_is_selected_or_refused(built):
+    pipe = load_pipeline(built("flux"))
+    backends = lambda: {
+        str(m.processor._attention_backend) for m in pipe.transformer.modules() if hasattr(m, "processor")
+    }  # noqa: E731
+    assert backends() == {"None"}
+    build_policy(pipe, resolution=32, attention_backend="_native_math")
+    assert backends() == {"AttentionBackendName._NATIVE_MATH"}
+    with pytest.raises(ValueError, match=r"sample.attention_backend='no_such_backend'"):
+        build_policy(pipe, resolution=32, attention_backend="no_such_backend")
