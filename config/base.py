@@ -41,12 +41,14 @@ def get_config():
     # or a factory file "path/to/my_model.py:build" whose build() returns a pipeline (ddpo_grpo/policies).
     # "" = build the tiny random pipeline of `ddpo_grpo.tiny` (pretrained.tiny) under <logdir>/_tiny/.
     pretrained.model = ""
+    # which tiny pipeline to build when model is "" (ddpo_grpo.tiny.BUILDERS): "sd3" | "sd" | "ip2p" | "denoiser" |
+    # "sdxl" | "flux" | "kontext" | "qwen_image" | "qwen_image_edit" | "qwen_image_edit_plus" | "zimage" | "wan" | "wan_i2v"
     pretrained.tiny = "sd3"
     # Start from the trainable weights of a checkpoint (a run or checkpoint directory), e.g. another run's
     # supervised warm-up; "" = the model's own. Keys that do not match (another LoRA rank, a widened layer) are
     # refused unless init_strict is False, which loads the matching ones and reports the others.
     pretrained.init_from = ""
-    pretrained.init_strict = True  # which tiny pipeline to build when model is "": "sd3" | "sd" | "denoiser"
+    pretrained.init_strict = True
 
     # ---- sampling (rollouts) ------------------------------------------------------------------
     config.sample = sample = ml_collections.ConfigDict()

@@ -21,7 +21,7 @@ from ddpo_grpo.policies.sd import SDPolicy
 
 
 class SDXLPolicy(SDPolicy):
-    shard_blocks = SDPolicy.shard_blocks
+    """SD's UNet kernels and blocks (``shard_blocks``), with SDXL's conditioning and decoding."""
 
     def encode_prompts(self, prompts, negative_prompt=""):
         prompts = list(prompts)
