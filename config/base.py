@@ -42,12 +42,14 @@ def get_config():
     # or a factory file "path/to/my_model.py:build" whose build() returns a pipeline (ddpo_grpo/policies).
     # "" = build the tiny random pipeline of `ddpo_grpo.tiny` (pretrained.tiny) under <logdir>/_tiny/.
     pretrained.model = ""
+    # which tiny pipeline to build when model is "" (ddpo_grpo.tiny.BUILDERS): "sd3" | "sd" | "ip2p" | "denoiser" |
+    # "sdxl" | "flux" | "kontext" | "qwen_image" | "qwen_image_edit" | "qwen_image_edit_plus" | "zimage" | "wan" | "wan_i2v"
     pretrained.tiny = "sd3"
     # Start from the trainable weights of a checkpoint (a run or checkpoint directory), e.g. another run's
     # supervised warm-up; "" = the model's own. Keys that do not match (another LoRA rank, a widened layer) are
     # refused unless init_strict is False, which loads the matching ones and reports the others.
     pretrained.init_from = ""
-    pretrained.init_strict = True  # which tiny pipeline to build when model is "": "sd3" | "sd" | "denoiser"
+    pretrained.init_strict = True
 
     # ---- sampling (rollouts) ------------------------------------------------------------------
     config.sample = sample = ml_collections.ConfigDict()
@@ -80,6 +82,21 @@ def get_config():
     # (generic denoisers ignore sample.resolution and sample.max_sequence_length: their sample shape is the
     # pipeline's sample_shape, their text length the tokenizer's)
     sample.max_sequence_length = 256  # text tokens for SD3's T5 slot (zeros when the pipeline has no T5)
+    # ---- family-specific sampling (ddpo_grpo/policies/, docs/models.md; families without the feature ignore them)
+    # video families (Wan): frames per video in pixels, 4k + 1 for Wan's causal VAE; 0 = the family's default (81)
+    sample.num_frames = 0
+    # guidance-distilled models (FLUX.1-dev, Kontext): the guidance-embedding input of their single pass (3.5 in
+    # FLUX.1-dev's recipes); sample.guidance_scale > 1 adds TRUE classifier-free guidance with the negative prompt
+    sample.distilled_guidance = 3.5
+    # two-expert models (Wan 2.2 A14B): which expert LoRA trains: "" = both, "transformer" (high noise) or
+    # "transformer_2" (low noise); full fine-tuning (train.use_lora=False) trains both
+    sample.experts = ""
+    # editing families that resize source images to a pixel area (Qwen-Image-Edit(-Plus): 1024·1024 for the
+    # latent): that area in pixels; 0 = the pipeline's own. Smaller is cheaper but not what the model was trained on
+    sample.source_pixels = 0
+    # the denoiser's attention backend (diffusers' set_attention_backend: "native", "flash", "_native_cudnn",
+    # "sage", …; the *_hub ones download kernels) where the family's model has one; "" = as loaded
+    sample.attention_backend = ""
     # Flow-GRPO-Fast: only a window of sde_window_size consecutive steps is stochastic and trained,
     # the rest are ODE steps. 0 = off (every step stochastic). The window start is drawn per batch,
     # uniformly in sde_window_range = (lo, hi) inclusive; None = anywhere in (0, num_steps − size).
@@ -211,6 +228,10 @@ def get_config():
     # so a user file gets an alias: reward.sources = {"mine": "my_reward.py:score"}, reward.fns = {"mine": 1.0}
     # (on the command line: --config.reward.sources="{'mine': 'my_reward.py:score'}" --config.reward.fns="{'mine': 1.0}").
     reward.sources = {}
+    # Video families: an image reward scores every frame and the frame scores of a video are reduced by this rule
+    # (reward_models/video.py): "mean" | "min" | "max" | "median" | "first" | "last"; a reward declaring
+    # sample_kinds with "video" gets whole videos instead
+    reward.frame_reduction = "mean"
 
     # ---- prompts ------------------------------------------------------------------------------
     config.prompts = prompts = ml_collections.ConfigDict()

@@ -192,6 +192,7 @@ SAMPLING_KEYS = (
     "kernel",
     "negative_prompt",
     "image_guidance_scale",
+    "num_frames",
 )
 
 
@@ -218,6 +219,7 @@ def _from_config(config: dict) -> dict:
         "kernel": sample.get("kernel"),
         "negative_prompt": sample.get("negative_prompt"),
         "image_guidance_scale": sample.get("image_guidance_scale"),
+        "num_frames": sample.get("num_frames"),
     }
     return {k: v for k, v in pick.items() if v is not None}
 

@@ -8,6 +8,7 @@ noise level, resolution) — and only then the run directory. Each builder below
     build_rewards(config)                 the training reward (``reward.fns``) and the evaluation reward
     build_prompts(config)                 the prompt rows and the epoch's prompt sampler
     build_policy_for(config, acc)         the pipeline (or the tiny one) and its policy adapter
+    fit_rewards(config, policy, ...)      the rewards as the family's samples need them (videos: frame-wise)
     build_weights(config, policy)         trainable weights, EMA, lagging sampler, reference
     build_update(...)                     the objective's updater and the supervised term
     build_hooks(config, ...)              evaluation, paired probe, run report
@@ -80,6 +81,24 @@ def build_rewards(config):
     except (ValueError, TypeError, RuntimeError, OSError) as exc:
         raise RewardError(f"building the rewards failed: {exc}") from exc
     return reward, evaluation
+
+
+def fit_rewards(config, policy, reward, scorers):
+    """(training reward, scorers) as they must be called on ``policy``'s samples: refused in one line (ConfigError)
+    when a reward cannot score what the family samples; image rewards wrapped frame-wise (``reward.frame_reduction``)
+    for a video family (reward_models/video.py)."""
+    from reward_models import MultiReward, check_kinds, for_sample_kind
+
+    kind, family = policy.sample_kind, type(policy).__name__
+    try:
+        check_kinds({n: f for n, _, f in reward.entries}, kind, family)
+        check_kinds(scorers or {}, kind, family)
+        rule = config.reward.frame_reduction
+        reward = MultiReward([(n, w, for_sample_kind(f, kind, rule)) for n, w, f in reward.entries])
+        scorers = {n: for_sample_kind(f, kind, rule) for n, f in scorers.items()} if scorers else scorers
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    return reward, scorers
 
 
 def build_prompts(config):

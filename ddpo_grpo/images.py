@@ -10,6 +10,8 @@ This is one of the three foundation modules (``images``, ``errors``, ``plugins``
   paths against ``root``, default the working directory; decoded files cached by path, size and mtime); a float
   ``(3, H, W)`` tensor / array in ``[0, 1]`` (uint8: levels); a nested ``(3, H, W)`` list of numbers as JSON
   carries an array (all integers: uint8 levels; any float: values in ``[0, 1]``); a ``PIL.Image``.
+* :func:`is_video` / :func:`check_video`: a video family's float ``(B, F, 3, H, W)`` batch (ddpo_grpo/video.py
+  writes and shows them; reward_models/video.py scores them frame-wise).
 
 **Path policy.** Inside a ``with image_path_policy(policy):`` block (on the calling thread / context), a path
 is not resolved as above: ``policy(path, index, key)`` receives the raw string (no ``root``, no ``~``
@@ -149,3 +151,16 @@ def load_image(value: Any, *, root: str | None = None, index: int = 0, key: str 
 
 
 __all__ = ["PathPolicy", "image_path_policy", "load_image", "read_image", "to_pil", "to_uint8"]
+
+
+def is_video(samples) -> bool:
+    """True for a (B, F, 3, H, W) batch."""
+    return getattr(samples, "ndim", 0) == 5 and samples.shape[2] == 3
+
+
+def check_video(samples):
+    """``samples`` if it is a (B, F, 3, H, W) batch, else ValueError saying the shape expected."""
+    if not is_video(samples):
+        shape = tuple(getattr(samples, "shape", ()))
+        raise ValueError(f"expected videos of shape (B, F, 3, H, W) in [0, 1], got shape {shape}")
+    return samples

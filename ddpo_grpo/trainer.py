@@ -61,6 +61,7 @@ class Trainer:
         self.rows, self.prompt_sampler = components.build_prompts(config)
         torch.manual_seed(config.seed)
         self.policy, self.model_path = components.build_policy_for(config, self.acc)
+        self.reward, self.scorers = components.fit_rewards(config, self.policy, self.reward, self.scorers)
         resume = bool(config.resume_from) and not starts_again(config)  # a run that saved nothing starts again
         self.run_dir = prepare_run_dir(config, self.acc, log=self.log)  # the first thing written
         self.weights = components.build_weights(config, self.policy, self.acc)

@@ -5,9 +5,10 @@ names come from :data:`REGISTRY` or are ``"path/to/file.py:fn_name"`` specs.
 Importing this package registers the built-in rewards (cheap: no model weights).
 """
 
-from . import aesthetic, clip_score, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
+from . import aesthetic, clip_score, color, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
 from .contract import RewardFactory, RewardFn, coerce_scores, per_sample_entries, to_pil, to_uint8
 from .registry import REGISTRY, MultiReward, build_reward, check_reward_spec, load_reward, register
+from .video import check_kinds, for_sample_kind
 
 # (importing only registers factories: model weights load when a reward is built)
 
@@ -17,8 +18,10 @@ __all__ = [
     "RewardFactory",
     "RewardFn",
     "build_reward",
+    "check_kinds",
     "check_reward_spec",
     "coerce_scores",
+    "for_sample_kind",
     "load_reward",
     "per_sample_entries",
     "register",

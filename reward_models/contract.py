@@ -5,10 +5,12 @@ A reward is a plain callable::
 
     fn(samples, prompts, metadata) -> (scores, info)
 
-* ``samples``: what the policy decodes, batch first. Image families (SD, SD3, image-conditioned
-  models) give a float tensor in ``[0, 1]`` of shape ``(B, 3, H, W)``; other families give their own
-  decoded tensor (a motion model: denormalised HumanML3D features ``(B, frames, 263)``). A reward
-  documents which kind it scores; image rewards convert with :func:`to_uint8` / :func:`to_pil`.
+* ``samples``: what the policy decodes, batch first. Image families (SD, SDXL, SD3, FLUX, Qwen-Image,
+  Z-Image, image-conditioned models) give a float tensor in ``[0, 1]`` of shape ``(B, 3, H, W)``; video
+  families (Wan) a float tensor in ``[0, 1]`` of shape ``(B, F, 3, H, W)``, which an image reward scores
+  frame-wise (:mod:`reward_models.video`); other families give their own decoded tensor (a motion model:
+  denormalised HumanML3D features ``(B, frames, 263)``). A reward documents which kind it scores (and may
+  declare it, ``reward_models.video.declare_kinds``); image rewards convert with :func:`to_uint8` / :func:`to_pil`.
 * ``prompts``: ``list[str]`` of length ``B``.
 * ``metadata``: ``list[dict]`` of length ``B``: the dataset rows (every field but ``"prompt"``).
 * ``scores``: anything :func:`coerce_scores` turns into float32 ``[B]`` (array, list, tensor);

@@ -99,6 +99,7 @@ DEFAULT_SAMPLING = {
     "kernel": "",
     "negative_prompt": "",
     "image_guidance_scale": None,
+    "num_frames": 0,
 }
 #: --per_group when not given and no --limit: image pipelines (ShapesWorld) and motion pipelines (MotionWorld)
 DEFAULT_PER_GROUP = {"image": 128, "motion": 100}
@@ -180,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="image-conditioned pipelines: the image guidance s_I >= 1 (default: the run's, else the adapter's)",
+    )
+    p.add_argument(
+        "--num_frames",
+        type=int,
+        default=None,
+        help="video families: frames per video (Wan: 4k + 1; default: the run's, else 0 = the family's default)",
     )
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N prompts")
     p.add_argument(
@@ -304,9 +311,16 @@ def _sample_and_score(pipeline, args, rows, rewards: dict, kind: str, device):
     if args.image_guidance_scale is not None:  # (read by the image-conditioned families only)
         extra["image_guidance_scale"] = args.image_guidance_scale
     try:
-        policy = build_policy(pipeline, resolution=resolution, max_sequence_length=args.max_sequence_length, **extra)
+        policy = build_policy(
+            pipeline,
+            resolution=resolution,
+            max_sequence_length=args.max_sequence_length,
+            num_frames=args.num_frames,
+            **extra,
+        )
     except ValueError as exc:
         flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"
+        flag = f"--num_frames {args.num_frames}" if "num_frames" in str(exc) else flag
         raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
     scorers = Scorers(rewards, args.group_by)  # ddpo_grpo.evaluation

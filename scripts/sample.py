@@ -14,6 +14,9 @@ Usage:
 
 What is written depends on the kind of the decoded samples:
   images [3, H, W]          <stem>.png (as above)
+  videos [F, 3, H, W]       (video families, e.g. Wan; --num_frames) <stem>.gif (animated, --fps), <stem>.mp4 when
+                            PyAV is installed (the "video" extra) and <stem>.png (a filmstrip); the index row's "file"
+                            is the .mp4, else the .gif, with "gif" / "png" beside it (ddpo_grpo/video.py)
   motions [frames, 263]     (MotionWorld pipelines, e.g. worlds/motion/models/mdm) <stem>.npy (float32
                             [frames, 263], denormalised HumanML3D features), <stem>.gif (stick figure, 20 fps)
                             and <stem>.png (filmstrip); the index row's "file" is the .npy, "gif" / "png" the
@@ -68,13 +71,14 @@ DEFAULT_SAMPLING = {
     "kernel": "",
     "negative_prompt": "",
     "image_guidance_scale": None,
+    "num_frames": 0,
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        description="Sample one PNG (images) or .npy/.gif/.png (motions) per prompt, and an index.jsonl, from a "
-        "pipeline or a run's output.",
+        description="Sample one PNG (images), .gif/.mp4/.png (videos) or .npy/.gif/.png (motions) per prompt, and an "
+        "index.jsonl, from a pipeline or a run's output.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model", required=True, help="pipeline directory, hub id, or a run directory / its final/")
@@ -128,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="image-conditioned pipelines: the image guidance s_I >= 1 (default: the run's, else the adapter's)",
     )
+    p.add_argument(
+        "--num_frames",
+        type=int,
+        default=None,
+        help="video families: frames per video (Wan: 4k + 1; default: the run's, else 0 = the family's default)",
+    )
+    p.add_argument("--fps", type=int, default=16, help="video families: frames per second of the GIF / MP4")
     p.add_argument("--batch_size", type=int, default=8, help="images per denoiser batch")
     p.add_argument("--images_per_prompt", type=int, default=1, help="images per prompt")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
@@ -135,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(args) -> None:
-    for name in ("num_steps", "batch_size", "images_per_prompt", "max_sequence_length"):
+    for name in ("num_steps", "batch_size", "images_per_prompt", "max_sequence_length", "fps"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.noise_level < 0:
@@ -158,13 +169,17 @@ def _save_png(image, path: Path) -> None:
     Image.fromarray(array).save(path)
 
 
-def _write_sample(sample, kind: str, out: Path, stem: str, title: str, policy) -> dict[str, str]:
+def _write_sample(sample, kind: str, out: Path, stem: str, title: str, policy, fps: int = 16) -> dict[str, str]:
     """Write one decoded sample as its kind says (module docstring); return the index row's file fields."""
     import numpy as np
 
     if kind == "image":
         _save_png(sample, out / f"{stem}.png")
         return {"file": f"{stem}.png"}
+    if kind == "video":
+        from ddpo_grpo.video import write_video
+
+        return write_video(sample, out, stem, fps)
     if kind == "motion":
         from worlds.motion.files import write_motion
 
@@ -175,11 +190,15 @@ def _write_sample(sample, kind: str, out: Path, stem: str, title: str, policy) -
 
 
 def sample_kind(samples) -> str:
-    """Return "image" ([B, 3, H, W]), "motion" ([B, frames, 263] HumanML3D features) or "array" (anything else)."""
+    """Return "image" ([B, 3, H, W]), "video" ([B, F, 3, H, W]), "motion" ([B, frames, 263] HumanML3D features) or
+    "array" (anything else)."""
+    from ddpo_grpo.images import is_video
     from worlds.motion.files import is_motion
 
     if samples.ndim == 4 and samples.shape[1] == 3:
         return "image"
+    if is_video(samples):
+        return "video"
     return "motion" if is_motion(samples) else "array"
 
 
@@ -205,11 +224,13 @@ def sample(args) -> list[dict]:
             pipeline,
             resolution=resolution,
             max_sequence_length=args.max_sequence_length,
+            num_frames=args.num_frames,
             sde_type=args.sde_type,
             **extra,
         )
     except ValueError as exc:
         flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"
+        flag = f"--num_frames {args.num_frames}" if "num_frames" in str(exc) else flag
         raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
 
@@ -237,7 +258,7 @@ def sample(args) -> list[dict]:
             kind = sample_kind(rollout.samples)
             for (i, k), seed, decoded in zip(batch, seeds, rollout.samples):
                 stem = f"{i:05d}_{k}" if many else f"{i:05d}"
-                files = _write_sample(decoded, kind, out, stem, rows[i]["prompt"], policy)
+                files = _write_sample(decoded, kind, out, stem, rows[i]["prompt"], policy, args.fps)
                 entry = {"prompt": rows[i]["prompt"], "file": files.pop("file"), **files}
                 if many:
                     entry["index"] = k

@@ -93,7 +93,7 @@ CASES = [
         2,
         ["pretrained.model", "HF_HUB_OFFLINE"],
     ),
-    ("unknown tiny model", ["--config.pretrained.tiny=sdxl"], 2, ["pretrained.tiny"]),
+    ("unknown tiny model", ["--config.pretrained.tiny=sd9"], 2, ["pretrained.tiny"]),
     ("run name escaping logdir", ["--config.run_name=../escaped"], 2, ["run_name", "plain directory name"]),
     ("absolute run name", ["--config.run_name=/tmp/escaped"], 2, ["run_name"]),
     ("missing checkpoint", ["--config.resume_from={tmp}/gone"], 2, ["resume_from", "does not exist"]),

@@ -25,6 +25,7 @@ SAMPLING = {
     "kernel": "",
     "negative_prompt": "",
     "image_guidance_scale": 1.5,
+    "num_frames": 0,
 }
 
 
@@ -64,6 +65,7 @@ def test_newest_checkpoint_config_is_the_fallback(tmp_path):
             "kernel": "",
             "negative_prompt": "",
             "image_guidance_scale": 1.5,
+            "num_frames": 5,
         },
     )
     got, source = run_sampling_settings(str(run / "final"))
@@ -75,6 +77,7 @@ def test_newest_checkpoint_config_is_the_fallback(tmp_path):
         "kernel": "",
         "negative_prompt": "",
         "image_guidance_scale": 1.5,
+        "num_frames": 5,
     }
     assert source.endswith("epoch_000016/state.json") and set(got) == set(SAMPLING_KEYS)
 

@@ -112,6 +112,20 @@ def test_fsdp_lora_matches_ddp_and_plain_diffusers_loads_it(sd3, tmp_path):
     assert float((pipe("a red circle", **kw).images - before).abs().max()) > 1e-5
 
 
+@pytest.mark.slow  # two launches; run and reported in docs/scaling.md
+def test_fsdp_lora_on_a_tiny_flux_matches_ddp(tmp_path):
+    """FLUX's two block kinds (double- and single-stream) sharded: the LoRA after 2 epochs equals DDP's."""
+    logs = tmp_path / "logs"
+    for name, extra in (("fsdp", ["--config.distributed.strategy=fsdp"]), ("ddp", [])):
+        args = [str(REPO / "scripts" / "train.py"), f"--config={REPO / 'config' / 'flux.py'}:tiny"]
+        args += [f"--config.logdir={logs}", f"--config.run_name={name}", "--config.logging.progress=False", *extra]
+        _two(args, tmp_path)
+    name = "pytorch_lora_weights.safetensors"
+    a, b = load_file(str(logs / "fsdp" / "final" / name)), load_file(str(logs / "ddp" / "final" / name))
+    assert a.keys() == b.keys() and any(k.startswith("transformer.single_transformer_blocks") for k in a)
+    assert _max_diff(a, b) <= 1e-6
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

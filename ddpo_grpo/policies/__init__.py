@@ -5,7 +5,9 @@
     canonical_model(model)      -> the same model with local paths made absolute (for manifests)
 
 Adding a model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy``
-subclass) + one line in ``ADAPTERS`` (+ one in ``PIPELINES`` when its pipeline class is not one of diffusers').
+subclass) + one line in ``ADAPTERS`` (+ one in ``PIPELINES`` when its pipeline class is not one of diffusers') + its
+tiny builder in ``ddpo_grpo.tiny.FAMILIES``; the adapter test kit (tests/test_adapter_kit.py) then checks it
+(docs/adapters.md). The supported families and their recipes: docs/models.md.
 
 A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
 ``"path/to/my_model.py"``, which calls ``build``) imports the file (``ddpo_grpo.plugins.import_user_file``)
@@ -31,6 +33,15 @@ ADAPTERS = {
     "StableDiffusion3Pipeline": "ddpo_grpo.policies.sd3:SD3Policy",
     "StableDiffusionInstructPix2PixPipeline": "ddpo_grpo.policies.ip2p:IP2PPolicy",
     "DenoiserPipeline": "ddpo_grpo.policies.denoiser:DenoiserPolicy",
+    "FluxPipeline": "ddpo_grpo.policies.flux:FluxPolicy",
+    "FluxKontextPipeline": "ddpo_grpo.policies.kontext:KontextPolicy",
+    "QwenImagePipeline": "ddpo_grpo.policies.qwen_image:QwenImagePolicy",
+    "QwenImageEditPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPolicy",
+    "QwenImageEditPlusPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPlusPolicy",
+    "ZImagePipeline": "ddpo_grpo.policies.zimage:ZImagePolicy",
+    "StableDiffusionXLPipeline": "ddpo_grpo.policies.sdxl:SDXLPolicy",
+    "WanPipeline": "ddpo_grpo.policies.wan:WanPolicy",
+    "WanImageToVideoPipeline": "ddpo_grpo.policies.wan_i2v:WanI2VPolicy",
 }
 
 #: pipeline classes that are not diffusers': class name (model_index.json `_class_name`) -> "module:Class"
@@ -138,8 +149,11 @@ def _from_factory(spec: str):
 
 def _pipeline_class(class_name: str, model: str):
     if class_name not in ADAPTERS:
-        raise ValueError(
-            f"pretrained.model={model!r} is a {class_name!r}; supported pipeline classes: {sorted(ADAPTERS)}"
+        from ddpo_grpo.errors import ConfigError
+
+        raise ConfigError(
+            f"pretrained.model={model!r} is a {class_name!r}; supported pipeline classes: {sorted(ADAPTERS)} "
+            "(adding a family is one adapter file: docs/adapters.md)"
         )
     if class_name in PIPELINES:
         return _import_target(PIPELINES[class_name])
@@ -166,7 +180,7 @@ def load_pipeline(model: str, torch_dtype=None):
         kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
         pipeline = pipeline_class.from_pretrained(base, **missing, **kwargs)
     if lora_dir is not None:
-        pipeline.load_lora_weights(lora_dir)
+        policy_class(pipeline).load_lora(pipeline, lora_dir)
     pipeline.set_progress_bar_config(disable=True)
     return pipeline
 

@@ -51,6 +51,11 @@ class PolicySettings:
     num_frames:           video families' frame count (pixels); 0 = the family's default
     attention_backend:    ``transformer.set_attention_backend`` where the family's model offers it; "" = as loaded
     source_root:          directory that relative ``source_image`` paths of rows are read from (None = cwd)
+    distilled_guidance:   the guidance-embedding input of guidance-distilled models (FLUX.1-dev, Kontext)
+    experts:              two-expert models (Wan 2.2): the expert(s) LoRA trains, "" = all, or one pipeline
+                          attribute ("transformer" = high noise, "transformer_2" = low noise)
+    source_pixels:        editing families that resize source images to a pixel area (Qwen-Image-Edit): that
+                          area; 0 = the pipeline's own (1024·1024)
     """
 
     resolution: int = 0
@@ -61,6 +66,9 @@ class PolicySettings:
     num_frames: int = 0
     attention_backend: str = ""
     source_root: str | None = None
+    distilled_guidance: float = 3.5
+    experts: str = ""
+    source_pixels: int = 0
 
     @classmethod
     def from_config(cls, sample, kernels: tuple[str, ...] = ()) -> PolicySettings:
@@ -108,6 +116,8 @@ class Policy:
     kernels: ClassVar[tuple[str, ...]] = ()
     #: True for families whose rows carry a condition image (`source_image`): their rollouts read the rows
     image_conditioned: ClassVar[bool] = False
+    #: what ``decode`` returns: "image" (B, 3, H, W) in [0, 1], "video" (B, F, 3, H, W) in [0, 1], or the family's own
+    sample_kind: ClassVar[str] = "image"
     #: class names of the denoiser's repeated blocks: the units FSDP shards and gradient checkpointing recomputes
     #: (``ddpo_grpo.sharding``); ``distributed.shard_blocks`` overrides them
     shard_blocks: ClassVar[tuple[str, ...]] = ()
@@ -125,6 +135,22 @@ class Policy:
         self.resolution = int(settings.resolution) or self.native_resolution(pipeline)
         self.max_sequence_length = int(settings.max_sequence_length)
         self.check_resolution()
+        if settings.attention_backend:
+            self.set_attention_backend(settings.attention_backend)
+
+    def set_attention_backend(self, backend: str) -> None:
+        """``set_attention_backend(backend)`` on every denoiser module (diffusers' attention dispatcher); ValueError
+        naming ``sample.attention_backend`` when the model has no such switch or does not know the backend."""
+        for module in self.denoiser_modules():
+            if not hasattr(module, "set_attention_backend"):
+                raise ValueError(
+                    f"sample.attention_backend={backend!r}: {type(module).__name__} has no set_attention_backend; "
+                    "leave it empty for this family"
+                )
+            try:
+                module.set_attention_backend(backend)
+            except (ValueError, KeyError, RuntimeError, ImportError) as exc:
+                raise ValueError(f"sample.attention_backend={backend!r}: {exc}") from exc
 
     # ---- kernel -------------------------------------------------------------------------------
     def default_kernel(self) -> str:
@@ -177,7 +203,12 @@ class Policy:
     # ---- model access -------------------------------------------------------------------------
     @property
     def denoiser(self) -> torch.nn.Module:
+        """THE trainable module: what the trainer LoRA-wraps, optimises, wraps (DDP / FSDP) and passes to ``predict``."""
         return getattr(self.pipeline, self.denoiser_attr)
+
+    def denoiser_modules(self) -> list[torch.nn.Module]:
+        """The pipeline's own denoiser component(s) inside ``denoiser`` (two for a two-expert model)."""
+        return [self.denoiser]
 
     @property
     def vae_scale_factor(self) -> int:
@@ -195,9 +226,10 @@ class Policy:
 
     def frozen_modules(self) -> list[torch.nn.Module]:
         """Every pipeline module that is never trained (VAE, text encoders)."""
+        denoisers = {id(m) for m in self.denoiser_modules()}
         modules = []
         for name, value in self.pipeline.components.items():
-            if isinstance(value, torch.nn.Module) and name != self.denoiser_attr:
+            if isinstance(value, torch.nn.Module) and name != self.denoiser_attr and id(value) not in denoisers:
                 modules.append(value)
         return modules
 
@@ -219,6 +251,36 @@ class Policy:
     def preview(self, samples: torch.Tensor) -> torch.Tensor:
         """Decoded samples as float images [N, 3, H, W] in [0, 1], for grids and reports (images: themselves)."""
         return samples
+
+    # ---- the plain diffusers pipeline (the kit's and the benchmark's reference) -------------------------
+    def pipeline_kwargs(self, rows: list[dict], latents: torch.Tensor, guidance_scale: float, negative_prompt: str):
+        """Keyword arguments of ``pipeline(...)`` that sample what a rollout of ``rows`` from the initial noise
+        ``latents`` [B, *latent_shape] samples with the ODE / η = 0 (prompts, sizes, guidance and the noise in the
+        pipeline's own layout); ``reference_sample`` adds the steps, output type and scheduler."""
+        raise NotImplementedError(f"{type(self).__name__} does not describe its plain pipeline call")
+
+    def reference_scheduler(self):
+        """The scheduler the plain pipeline runs with for the comparison: a copy of the policy's own (the pipeline's
+        shipped one when it is the same kind, e.g. FlowMatchEuler; DDIM for an ε-model shipping Euler)."""
+        return type(self.scheduler).from_config(self.scheduler.config)
+
+    @torch.no_grad()
+    def reference_sample(
+        self, rows: list[dict], latents: torch.Tensor, num_steps: int, guidance_scale: float, negative_prompt: str = ""
+    ) -> torch.Tensor:
+        """The unmodified diffusers pipeline's ``__call__`` on the same rows and initial noise, with
+        ``reference_scheduler`` swapped in for the call: decoded samples as ``decode`` returns them (float32).
+
+        With noise level 0 a rollout must reproduce it (the adapter test kit checks ≤ 1e-5, or the documented reason
+        where a family's pipeline differs). ``scripts/benchmark.py`` times it against the rollout."""
+        kwargs = self.pipeline_kwargs(rows, latents, guidance_scale, negative_prompt)
+        shipped = self.pipeline.scheduler
+        self.pipeline.scheduler = self.reference_scheduler()
+        try:
+            out = self.pipeline(num_inference_steps=num_steps, output_type="pt", return_dict=False, **kwargs)[0]
+        finally:
+            self.pipeline.scheduler = shipped
+        return out.float()
 
     # ---- the kernel base's pieces ---------------------------------------------------------------
     def schedule(self, num_steps: int) -> Schedule:
@@ -254,11 +316,17 @@ class Policy:
         positive = {k: v for k, v in cond.items() if not k.startswith("neg_")}
         if guidance_scale <= 1.0:
             return self.forward(model, latents, timesteps, positive)
-        both = {k: torch.cat([cond["neg_" + k], v]) for k, v in positive.items()}  # [2B, ...]
+        # a key without a "neg_" twin (e.g. a source image's latents) conditions both branches alike
+        both = {k: torch.cat([cond.get("neg_" + k, v), v]) for k, v in positive.items()}  # [2B, ...]
         out = self.forward(model, torch.cat([latents, latents]), torch.cat([timesteps, timesteps]), both)
         uncond, text = out.chunk(2)  # [B, C, h, w] each
         if detach_uncond:
             uncond = uncond.detach()
+        return self.guide(uncond, text, guidance_scale)
+
+    def guide(self, uncond: torch.Tensor, text: torch.Tensor, guidance_scale: float) -> torch.Tensor:
+        """The guided output of the two branches: uncond + w·(text − uncond) (a family may rescale it, e.g. Qwen-Image's
+        norm-preserving CFG)."""
         return uncond + guidance_scale * (text - uncond)
 
     # ---- LoRA and export ------------------------------------------------------------------------
@@ -289,6 +357,12 @@ class Policy:
         type(self.pipeline).save_lora_weights(
             str(out_dir), **{self.lora_layers_kwarg: layers, self.lora_metadata_kwarg: metadata}
         )
+
+    @classmethod
+    def load_lora(cls, pipeline, lora_dir: str) -> None:
+        """Load a ``save_lora`` export into a freshly loaded pipeline: ``pipeline.load_lora_weights(lora_dir)`` (plain
+        diffusers); a family whose export spans several files (Wan 2.2's two experts) loads each."""
+        pipeline.load_lora_weights(lora_dir)
 
     @property
     def lora_metadata_kwarg(self) -> str:

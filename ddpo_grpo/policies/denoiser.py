@@ -26,6 +26,7 @@ from ddpo_grpo.policies.diffusion import DiffusionPolicy
 class DenoiserPolicy(DiffusionPolicy):
     denoiser_attr = "denoiser"
     lora_layers_kwarg = "denoiser_lora_layers"
+    sample_kind = "array"  # the model's own space, decoded by its normalizer (MotionWorld: motion features)
 
     def __init__(self, pipeline, settings=None, **kwargs):
         super().__init__(pipeline, settings, **kwargs)
@@ -105,6 +106,27 @@ class DenoiserPolicy(DiffusionPolicy):
         if not cond:
             return self.forward(model, latents, timesteps, {})
         return super().predict(model, latents, timesteps, cond, guidance_scale, detach_uncond)
+
+    def pipeline_kwargs(self, rows, latents, guidance_scale, negative_prompt):
+        return dict(
+            prompt=[r["prompt"] for r in rows] if self.pipeline.text_encoder is not None else None,
+            num_samples=len(latents),
+            negative_prompt=negative_prompt,
+            guidance_scale=guidance_scale,
+            latents=latents,
+            eta=0.0,
+        )
+
+    def reference_scheduler(self):
+        """The pipeline's own scheduler: its ``__call__`` steps with it (a DDPMScheduler's step always draws noise,
+        so only a DDIMScheduler pipeline, sampled by the "ddim" kernel at noise level 0, is deterministic)."""
+        return type(self.pipeline.scheduler).from_config(self.pipeline.scheduler.config)
+
+    @torch.no_grad()
+    def reference_sample(self, rows, latents, num_steps, guidance_scale, negative_prompt=""):
+        """``DenoiserPipeline.__call__`` (its output is the decoded samples, not images)."""
+        kwargs = self.pipeline_kwargs(rows, latents, guidance_scale, negative_prompt)
+        return self.pipeline(num_inference_steps=num_steps, **kwargs).samples.float()
 
     def decode(self, latents):
         return self.pipeline.decode(latents)  # [B, ...] the normalizer's decode, float32

@@ -44,10 +44,13 @@ class DiffusionPolicy(Policy):
         self.variance = variance if variance in DDPM_VARIANCES else "fixed_small"
 
     def make_scheduler(self):
-        """A private scheduler of the pipeline's noise schedule (default: a ``DDIMScheduler`` built from its config)."""
+        """A private scheduler of the pipeline's noise schedule (default: a ``DDIMScheduler`` built from its config).
+
+        x̂0 clipping and thresholding are off: the kernels never clip (a config without ``clip_sample``, e.g. SDXL's
+        Euler one, would otherwise get DDIMScheduler's default True, which the plain pipeline would then apply)."""
         from diffusers import DDIMScheduler
 
-        return DDIMScheduler.from_config(self.pipeline.scheduler.config)
+        return DDIMScheduler.from_config(self.pipeline.scheduler.config, clip_sample=False, thresholding=False)
 
     def schedule(self, num_steps):
         """The scheduler's timesteps and ᾱ pairs (module docstring), computed in float64."""

@@ -6,7 +6,8 @@ and dynamic shifting apply as in diffusers); the transition is one of the stocha
 deterministic Euler ODE into a Gaussian policy with the same marginals (noise level 0 = the ODE itself).
 
 A family adapter subclasses ``FlowPolicy`` and provides conditioning, the denoiser call and decoding; with
-dynamic shifting it may override ``image_seq_len`` (the token count that sets the shift μ).
+dynamic shifting it may override ``image_seq_len`` (the token count that sets the shift μ), and
+``pipeline_sigmas`` when its pipeline hands the scheduler its own σ grid.
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ def calculate_shift(seq_len: int, config) -> float:
     return seq_len * slope + (base_shift - slope * base_len)
 
 
+def linear_sigmas(num_steps: int):
+    """``linspace(1, 1/T, T)``: the unshifted σ grid FLUX's, Qwen-Image's and Z-Image's pipelines pass their scheduler
+    (it then applies the time shift and appends σ_T = 0)."""
+    import numpy as np
+
+    return np.linspace(1.0, 1.0 / num_steps, num_steps)
+
+
 class FlowPolicy(Policy):
     """Flow matching: σ_0 = 1 > σ_1 > … > σ_T = 0, x_σ = (1 − σ)·x0 + σ·ε, the denoiser predicts v = ε − x0."""
 
@@ -42,6 +51,11 @@ class FlowPolicy(Policy):
         """The flow scheduler's configuration (the pipeline's own; a family shipping another scheduler maps it here)."""
         return self.pipeline.scheduler.config
 
+    def pipeline_sigmas(self, num_steps: int):
+        """The σ grid the family's pipeline hands its scheduler before the shift (None = the scheduler's own
+        ``linspace(1, σ_min, T)``; FLUX, Qwen-Image and Z-Image pass ``linspace(1, 1/T, T)``, see ``linear_sigmas``)."""
+        return None
+
     def image_seq_len(self) -> int:
         """Image tokens the denoiser sees, for dynamic shifting (patchified latent: (h / p)·(w / p))."""
         _, h, w = self.latent_shape()[-3:]
@@ -55,6 +69,9 @@ class FlowPolicy(Policy):
         kwargs = {}
         if sched.config.get("use_dynamic_shifting", False):
             kwargs["mu"] = calculate_shift(self.image_seq_len(), sched.config)
+        sigmas = self.pipeline_sigmas(num_steps)
+        if sigmas is not None:
+            kwargs["sigmas"] = sigmas
         sched.set_timesteps(num_steps, **kwargs)
         sigmas = sched.sigmas.float()  # [T + 1], last = 0
         return Schedule(

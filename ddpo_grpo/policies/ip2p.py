@@ -26,12 +26,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
+from ddpo_grpo.policies.conditioning import SOURCE_KEY, load_source, source_images
 from ddpo_grpo.policies.sd import SDPolicy
 
-#: row field holding the condition image
-SOURCE_KEY = "source_image"
+__all__ = ["IP2PPolicy", "SOURCE_KEY", "SupervisedBatch", "check_image_guidance"]
 #: the pipeline's default image guidance scale
 DEFAULT_IMAGE_GUIDANCE = 1.5
 
@@ -89,23 +88,8 @@ class IP2PPolicy(SDPolicy):
 
     def source_images(self, rows: list[dict]) -> torch.Tensor:
         """The rows' ``source_image`` fields as float [B, 3, H, W] in [0, 1] at the policy's resolution."""
-        from ddpo_grpo.images import load_image
-
-        images = []
-        for i, row in enumerate(rows):
-            if row.get(SOURCE_KEY) is None:
-                raise ValueError(
-                    f"row {i} (prompt {row.get('prompt')!r}) has no {SOURCE_KEY!r}: an InstructPix2Pix "
-                    f"model edits a source image; give every row one (an image path, a (3, H, W) array "
-                    f"or nested list)"
-                )
-            image = load_image(row[SOURCE_KEY], root=self.source_root, index=i, key=SOURCE_KEY)
-            if image.shape[-2:] != (self.resolution, self.resolution):
-                image = F.interpolate(
-                    image[None], size=(self.resolution,) * 2, mode="bicubic", align_corners=False, antialias=True
-                )[0]
-            images.append(image.clamp(0.0, 1.0))
-        return torch.stack(images)
+        side = (self.resolution, self.resolution)
+        return source_images(rows, side, self.source_root, "an InstructPix2Pix model")
 
     @torch.no_grad()
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
@@ -152,6 +136,12 @@ class IP2PPolicy(SDPolicy):
         s_img = self.image_guidance_scale if scale is None else scale.to(full.dtype).view(-1, *[1] * (full.ndim - 1))
         return uncond + guidance_scale * (full - image_only) + s_img * (image_only - uncond)
 
+    def pipeline_kwargs(self, rows, latents, guidance_scale, negative_prompt):
+        kwargs = super().pipeline_kwargs(rows, latents, guidance_scale, negative_prompt)
+        for key in ("height", "width"):  # the pipeline's output has the source image's size
+            del kwargs[key]
+        return dict(kwargs, image=self.source_images(rows), image_guidance_scale=self.image_guidance_scale)
+
     # ---- supervised steps ---------------------------------------------------------------------------
     @torch.no_grad()
     def target_latents(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -173,21 +163,13 @@ class IP2PPolicy(SDPolicy):
         With ``forward_process``: ``t, noised = policy.forward_process(b.x0, u, noise)``, then
         ``pred = policy.predict(model, noised.x_t, t, b.cond, 1.0)`` regresses ``noised.target``.
         """
-        from ddpo_grpo.images import load_image
-
         kept = [i for i, r in enumerate(rows) if r.get(key) is not None]
         index = torch.as_tensor(kept, dtype=torch.long)
         if not kept:
             side = self.latent_shape()
             return SupervisedBatch({}, torch.zeros((0, *side), device=self.device), index, len(rows))
-        truths = []
-        for i in kept:
-            image = load_image(rows[i][key], root=self.source_root, index=i, key=key)
-            if image.shape[-2:] != (self.resolution, self.resolution):
-                image = F.interpolate(
-                    image[None], size=(self.resolution,) * 2, mode="bicubic", align_corners=False, antialias=True
-                )[0]
-            truths.append(image.clamp(0.0, 1.0))
+        side = (self.resolution, self.resolution)
+        truths = [load_source(rows[i][key], side, self.source_root, i, key) for i in kept]
         with torch.no_grad():
             cond = self.encode_rows([rows[i] for i in kept], negative_prompt)
         x0 = self.target_latents(torch.stack(truths), generator)

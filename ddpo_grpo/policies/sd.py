@@ -9,7 +9,14 @@ class SDPolicy(DiffusionPolicy):
     denoiser_attr = "unet"
     lora_layers_kwarg = "unet_lora_layers"
     default_lora_targets = ("to_q", "to_k", "to_v", "to_out.0")
-    shard_blocks = ("CrossAttnDownBlock2D", "DownBlock2D", "UNetMidBlock2DCrossAttn", "CrossAttnUpBlock2D", "UpBlock2D")
+    #: the UNet's resolution levels (each holds its resnets and attention transformers)
+    shard_blocks = (
+        "CrossAttnDownBlock2D",
+        "DownBlock2D",
+        "UNetMidBlock2DCrossAttn",
+        "CrossAttnUpBlock2D",
+        "UpBlock2D",
+    )
 
     def encode_prompts(self, prompts, negative_prompt=""):
         embeds, neg_embeds = self.pipeline.encode_prompt(
@@ -24,3 +31,15 @@ class SDPolicy(DiffusionPolicy):
         vae = self.pipeline.vae
         images = vae.decode(latents.to(vae.dtype) / vae.config.scaling_factor, return_dict=False)[0]
         return (images.float() / 2 + 0.5).clamp(0, 1)  # [B, 3, H, W]
+
+    def pipeline_kwargs(self, rows, latents, guidance_scale, negative_prompt):
+        prompts = [r["prompt"] for r in rows]
+        return dict(
+            prompt=prompts,
+            negative_prompt=[negative_prompt] * len(prompts),
+            guidance_scale=guidance_scale,
+            height=self.resolution,
+            width=self.resolution,
+            latents=latents,
+            eta=0.0,
+        )

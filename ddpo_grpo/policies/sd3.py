@@ -11,6 +11,11 @@ class SD3Policy(FlowPolicy):
     default_lora_targets = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
     shard_blocks = ("JointTransformerBlock",)
 
+    @property
+    def resolution_multiple(self) -> int:
+        """The VAE factor × the transformer's patch size (a latent side must split into whole patches)."""
+        return self.vae_scale_factor * int(self.denoiser.config.patch_size)
+
     def encode_prompts(self, prompts, negative_prompt=""):
         prompts = list(prompts)
         negative = [negative_prompt] * len(prompts)
@@ -43,3 +48,15 @@ class SD3Policy(FlowPolicy):
         shift = vae.config.shift_factor or 0.0
         images = vae.decode((latents.to(vae.dtype) / vae.config.scaling_factor) + shift, return_dict=False)[0]
         return (images.float() / 2 + 0.5).clamp(0, 1)  # [B, 3, H, W]
+
+    def pipeline_kwargs(self, rows, latents, guidance_scale, negative_prompt):
+        prompts = [r["prompt"] for r in rows]
+        return dict(
+            prompt=prompts,
+            negative_prompt=[negative_prompt] * len(prompts),
+            guidance_scale=guidance_scale,
+            height=self.resolution,
+            width=self.resolution,
+            latents=latents,
+            max_sequence_length=self.max_sequence_length,
+        )

@@ -1,0 +1,101 @@
+"""Flow-GRPO on Qwen-Image, Qwen-Image-Edit and Qwen-Image-Edit-2509 (github.com/yifan123/flow_grpo, ``config/grpo.py``).
+
+    python scripts/train.py --config config/qwen_image.py:pickscore
+    python scripts/train.py --config config/qwen_image.py:edit --config.prompts.source=edits.jsonl
+    python scripts/train.py --config config/qwen_image.py:tiny         # tiny offline variants: tiny, tiny_edit,
+                                                                       # tiny_edit_plus
+
+pickscore follows ``pickscore_qwenimage``: Qwen/Qwen-Image at 512 px, 10 steps per training rollout (50 for
+evaluation), true CFG 4 (with Qwen-Image's norm-preserving rescale), groups of 16, 32 prompts = 512 images per epoch,
+two optimizer steps per epoch, Flow-GRPO-Fast: only a window of 2 steps is stochastic (noise level 1.2) and trained,
+its start in the first half (Flow-GRPO's (0, num_steps // 2) with an exclusive end for the whole window = starts 0…3
+here), β = 0, global_std advantages, no EMA, bf16, LoRA; the base config's lr 3e-4 and PPO clip 1e-4 per latent
+dimension (× d = 16·64·64 here). LoRA r = 32 / α = 64 (on the attention projections and the image MLP) is ours.
+edit follows ``counting_qwenimage_edit`` (Qwen/Qwen-Image-Edit, every step stochastic at noise level 1.0, no window);
+edit_plus ``repairany_qwenimage_edit_plus_fast`` (Qwen/Qwen-Image-Edit-2509, groups of 4, a window of 4 at noise level
+0.9). Their rewards (GenEval counting 0.8 + image similarity 0.2; RepairAny's) are not shipped: these train
+``clip_score`` 0.8 + ``ssim`` to the row's ground_truth 0.2 on rows with a ``source_image`` (prompts.source).
+Qwen-Image-Edit sizes a source's latent at 1024·1024 pixels (its pipeline's rule; sample.source_pixels lowers it).
+"""
+
+from config.base import get_config as base_config
+from config.sd3 import set_epoch_size, set_optimizer_batch
+from config.tiny import tiny_family
+
+LATENT_DIMS_512 = 16 * 64 * 64  # Qwen-Image's latent at 512 px: 16 channels × 64 × 64
+
+
+def _flow_grpo_qwen(model: str, group_size: int, images_per_epoch: int, noise_level: float, window: int):
+    config = base_config()
+    config.num_epochs = 100000  # run until stopped by hand (as Flow-GRPO)
+    config.save_freq = 30
+    config.mixed_precision = "bf16"
+    config.pretrained.model = model
+    s = config.sample
+    s.resolution, s.num_steps, s.eval_num_steps = 512, 10, 50
+    s.guidance_scale = 4.0
+    s.kernel, s.noise_level = "flow_grpo", noise_level
+    s.group_size = group_size
+    s.max_sequence_length = 512  # the pipeline's default text length
+    s.sde_window_size = window
+    s.sde_window_range = (0, s.num_steps // 2 - window) if window else None
+    s.batch_size = 4  # Flow-GRPO's train_batch_size
+    set_epoch_size(config, images_per_epoch)
+    t = config.train
+    t.batch_size = 4
+    set_optimizer_batch(config, images_per_epoch // 2)  # two optimizer steps per epoch
+    t.learning_rate = 3e-4
+    t.clip_range = 1e-4 * LATENT_DIMS_512
+    t.adv_mode = "global_std"
+    t.beta = 0.0
+    t.use_lora, t.lora_rank, t.lora_alpha = True, 32, 64.0
+    return config
+
+
+def pickscore():
+    """Qwen-Image on PickScore: 512 images / (P × 4 per batch) = 128/P batches per process; 2 optimizer steps."""
+    config = _flow_grpo_qwen("Qwen/Qwen-Image", 16, 32 * 16, 1.2, 2)
+    config.reward.fns = {"pickscore": 1.0}
+    return config
+
+
+def edit():
+    """Qwen-Image-Edit on an editing set (rows with source_image and ground_truth): 512 images per epoch."""
+    config = _flow_grpo_qwen("Qwen/Qwen-Image-Edit", 16, 32 * 16, 1.0, 0)
+    config.reward.fns = {"clip_score": 0.8, "ssim": 0.2}
+    config.prompts.source = "shapes_edit_train"  # replace with your edits (a .jsonl of rows with source_image)
+    return config
+
+
+def edit_plus():
+    """Qwen-Image-Edit-2509 (Edit-Plus; rows may give several source images): groups of 4, 512 images per epoch."""
+    config = _flow_grpo_qwen("Qwen/Qwen-Image-Edit-2509", 4, 32 * 16, 0.9, 4)
+    config.reward.fns = {"clip_score": 0.8, "ssim": 0.2}
+    config.prompts.source = "shapes_edit_train"
+    return config
+
+
+def tiny():
+    """The tiny offline Qwen-Image (config/tiny.py); its char-level template needs ~150 text tokens."""
+    return tiny_family("qwen_image", max_sequence_length=256)
+
+
+def tiny_edit():
+    config = tiny_family("qwen_image_edit", image_conditioned=True)
+    config.sample.source_pixels = 32 * 32  # not the pipeline's 1024² (cheap; the adapter test kit checks both)
+    return config
+
+
+def tiny_edit_plus():
+    config = tiny_edit()
+    config.pretrained.tiny = "qwen_image_edit_plus"
+    return config
+
+
+EXPERIMENTS = ("pickscore", "edit", "edit_plus", "tiny", "tiny_edit", "tiny_edit_plus")
+
+
+def get_config(name="pickscore"):
+    if name not in EXPERIMENTS:
+        raise ValueError(f"config/qwen_image.py has no experiment {name!r}; choose one of {', '.join(EXPERIMENTS)}")
+    return globals()[name]()
