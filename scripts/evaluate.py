@@ -188,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="video families: frames per video (Wan: 4k + 1; default: the run's, else 0 = the family's default)",
     )
+    p.add_argument(
+        "--frame_reduction",
+        default="mean",
+        choices=["mean", "min", "max", "median", "first", "last"],
+        help="video families: how an image reward's frame scores make a video's (reward.frame_reduction)",
+    )
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N prompts")
     p.add_argument(
         "--per_group",
@@ -323,6 +329,13 @@ def _sample_and_score(pipeline, args, rows, rewards: dict, kind: str, device):
         flag = f"--num_frames {args.num_frames}" if "num_frames" in str(exc) else flag
         raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
+    from reward_models import check_kinds, for_sample_kind
+
+    try:  # a video family's frames scored by image rewards, reduced per video by --frame_reduction
+        check_kinds(rewards, policy.sample_kind, type(policy).__name__)
+        rewards = {n: for_sample_kind(f, policy.sample_kind, args.frame_reduction) for n, f in rewards.items()}
+    except ValueError as exc:
+        raise UsageError(f"--reward: {exc}") from exc
     scorers = Scorers(rewards, args.group_by)  # ddpo_grpo.evaluation
     _, samples, captions = evaluate(
         policy,

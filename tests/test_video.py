@@ -170,3 +170,20 @@ def test_a_video_only_reward_is_refused_for_an_image_family(tmp_path, monkeypatc
     with pytest.raises(ConfigError, match=r"reward 'vid' scores video samples, but SD3Policy samples images"):
         Trainer(cfg)
     assert not (tmp_path / "i").exists()
+
+
+def test_evaluate_script_scores_videos_frame_wise(tmp_path):
+    """scripts/evaluate.py on a tiny Wan with an image reward (JPEG size takes (N, 3, H, W) only): every video scored,
+    its frames scored and reduced."""
+    from ddpo_grpo.tiny import build_tiny_wan
+    from tests.conftest import load_script
+
+    build_tiny_wan(tmp_path / "wan")
+    (tmp_path / "p.txt").write_text("a red ball\na blue cube\n")
+    evaluate = load_script("evaluate")
+    argv = ["--model", str(tmp_path / "wan"), "--prompts", str(tmp_path / "p.txt"), "--reward", "jpeg_compressibility"]
+    argv += ["--resolution", "32", "--num_frames", "5", "--num_steps", "2", "--max_sequence_length", "16"]
+    argv += ["--group_by", "", "--frame_reduction", "min", "--out", str(tmp_path / "ev"), "--device", "cpu"]
+    assert evaluate.main(argv) == 0
+    data = json.loads((tmp_path / "ev" / "eval.json").read_text())
+    assert data["metrics"]["eval/num_samples"] == 2 and np.isfinite(data["metrics"]["eval/score"])
