@@ -150,9 +150,6 @@ def load_image(value: Any, *, root: str | None = None, index: int = 0, key: str 
         raise ValueError(f"row {index}, {key!r}: {exc}") from exc
 
 
-__all__ = ["PathPolicy", "image_path_policy", "load_image", "read_image", "to_pil", "to_uint8"]
-
-
 def is_video(samples) -> bool:
     """True for a (B, F, 3, H, W) batch."""
     return getattr(samples, "ndim", 0) == 5 and samples.shape[2] == 3
@@ -164,3 +161,15 @@ def check_video(samples):
         shape = tuple(getattr(samples, "shape", ()))
         raise ValueError(f"expected videos of shape (B, F, 3, H, W) in [0, 1], got shape {shape}")
     return samples
+
+
+__all__ = [
+    "PathPolicy",
+    "check_video",
+    "image_path_policy",
+    "is_video",
+    "load_image",
+    "read_image",
+    "to_pil",
+    "to_uint8",
+]

@@ -1,7 +1,7 @@
-"""Video samples: their shape, filmstrips for grids and reports, and files (GIF always, MP4 with the video extra).
+"""Video samples: filmstrips for grids and reports, and files (GIF always, MP4 with the video extra).
 
 A decoded video batch is float (B, F, 3, H, W) in [0, 1] (``Policy.sample_kind == "video"``; the reward contract,
-docs/rewards.md). ``filmstrip`` lays frames side by side as one image per video, which is what ``Policy.preview``
+docs/rewards.md; checked by ``ddpo_grpo.images.check_video``). ``filmstrip`` lays frames side by side as one image per video, which is what ``Policy.preview``
 returns for video families, so image grids, the run report's before/after grids and ``scripts/evaluate.py`` show
 videos unchanged. ``write_video`` writes one video's files, as ``scripts/sample.py`` does per prompt:
 
