@@ -1,9 +1,10 @@
 """Video samples: filmstrips for grids and reports, and files (GIF always, MP4 with the video extra).
 
 A decoded video batch is float (B, F, 3, H, W) in [0, 1] (``Policy.sample_kind == "video"``; the reward contract,
-docs/rewards.md; checked by ``ddpo_grpo.images.check_video``). ``filmstrip`` lays frames side by side as one image per video, which is what ``Policy.preview``
-returns for video families, so image grids, the run report's before/after grids and ``scripts/evaluate.py`` show
-videos unchanged. ``write_video`` writes one video's files, as ``scripts/sample.py`` does per prompt:
+docs/rewards.md; checked by ``ddpo_grpo.images.check_video``). ``filmstrip`` lays frames side by side as one image per
+video, which is what ``Policy.preview`` returns for video families, so image grids, the run report's before/after
+grids and ``scripts/evaluate.py`` show videos unchanged. ``write_video`` writes one video's files, as
+``scripts/sample.py`` does per prompt:
 
     <stem>.gif        animated GIF (Pillow; always)
     <stem>.mp4        H.264 MP4 when PyAV is installed (``pip install "ddpo_grpo[video]"``; even sizes padded)
