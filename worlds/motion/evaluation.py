@@ -2,7 +2,8 @@
 
 :func:`with_physics` wraps a reward of the contract (typically ``motion_judge``) so that every scored batch
 also reports the physics metrics of :mod:`worlds.motion.physics` per sample — ``skate``, ``penetration``,
-``max_penetration``, ``accel``, ``jerk``, ``bone_drift`` and the ``physics`` score — next to the wrapped
+``max_penetration``, ``floating``, ``accel``, ``jerk``, ``bone_drift``, ``bone_cv_max``, ``bone_cv_<group>``,
+``sane`` and the default ``motion_physics`` score as ``physics`` — next to the wrapped
 reward's own (e.g. the judge's ``strict`` / ``partial`` / ``task``). The library's evaluation
 (:func:`ddpo_grpo.evaluation.evaluate`) turns every numeric per-sample entry into ``eval/<metric>``,
 ``eval/<metric>/<group>`` and ``eval/<group_by>_mean/<metric>``, so one deterministic evaluation gives
@@ -20,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from .physics import METRICS
+
 #: per-sample physics entries added by :func:`with_physics` (the physics metrics and the reward's score)
-PHYSICS_KEYS = ("skate", "penetration", "max_penetration", "accel", "jerk", "bone_drift", "physics")
+PHYSICS_KEYS = (*METRICS, "physics")
 
 
 def with_physics(reward: Callable) -> Callable:

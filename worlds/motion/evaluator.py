@@ -32,6 +32,11 @@ Euclidean between unit vectors, so in ``[0, 2]``):
   seed :data:`REFERENCE_SEED`).
 * **Diversity** (:func:`diversity`): mean distance between :data:`DIVERSITY_PAIRS` random pairs of motion
   embeddings (fixed seed).
+* **MM-Dist** (``mm_dist``): HumanML3D's name for the matching score.
+* **MultiModality** (:func:`multimodality`): for each prompt with at least two motions, the mean distance of
+  :data:`MULTIMODALITY_PAIRS` random pairs of *its own* motions; averaged over those prompts. How different
+  the motions of one text are (Guo et al. 2022 / MDM draw 10 pairs from 30 motions per text; here the pairs
+  come from however many motions per prompt the set holds, reported as ``multimodality_texts``).
 
 ``python -m worlds.motion.evaluator`` measures them (real clips vs perturbed and mismatched ones) on the
 test split; the README holds the numbers.
@@ -70,6 +75,8 @@ REFERENCE_SEED = 20_000
 R_PRECISION_BATCH = 32
 #: random pairs of the diversity metric (HumanML3D: 300)
 DIVERSITY_PAIRS = 300
+#: random pairs per prompt of the multimodality metric (HumanML3D: 10)
+MULTIMODALITY_PAIRS = 10
 #: motions per forward pass when embedding
 EMBED_BATCH = 128
 
@@ -497,6 +504,27 @@ def diversity(emb: np.ndarray, pairs: int = DIVERSITY_PAIRS, seed: int = 0) -> f
     return float(np.linalg.norm(emb[i].astype(np.float64) - emb[j], axis=-1).mean())
 
 
+def multimodality(emb: np.ndarray, prompts: Sequence[str], pairs: int = MULTIMODALITY_PAIRS, seed: int = 0):
+    """Mean distance between random pairs of motions of the same prompt: ``(value, texts)``.
+
+    For every prompt ``c`` with ``n_c >= 2`` motions: ``pairs`` pairs ``(i, j)``, ``i != j``, drawn uniformly
+    (with replacement across pairs) among its motions; ``MM_c`` = their mean Euclidean distance.
+    MultiModality = the unweighted mean of ``MM_c`` over those ``texts`` prompts (NaN, 0 when no prompt has
+    two motions). Prompts are visited in sorted order, so the draws depend on ``seed`` only.
+    """
+    rng = np.random.default_rng(seed)
+    names = np.asarray(prompts, dtype=object)
+    per_text = []
+    for text in sorted(set(prompts)):
+        idx = np.flatnonzero(names == text)
+        if len(idx) < 2:
+            continue
+        i = rng.integers(0, len(idx), pairs)
+        j = (i + rng.integers(1, len(idx), pairs)) % len(idx)  # j != i
+        per_text.append(np.linalg.norm(emb[idx[i]].astype(np.float64) - emb[idx[j]], axis=-1).mean())
+    return (float(np.mean(per_text)) if per_text else math.nan), len(per_text)
+
+
 def reference_features(
     prompts: Sequence[Any], seed: int = REFERENCE_SEED, frames: int | Sequence[int | None] | None = None
 ) -> list[np.ndarray]:
@@ -517,6 +545,65 @@ def reference_features(
 def matched_frames(n_features: int) -> int | None:
     """Joint frames of a real clip with ``n_features`` feature frames, or ``None`` outside the generator's 60–200."""
     return n_features + 1 if 60 <= n_features + 1 <= 200 else None
+
+
+def set_embeddings(
+    features: Any,
+    prompts: Sequence[Any],
+    lengths: Sequence[int] | None = None,
+    *,
+    reference: Any = None,
+    reference_lengths: Sequence[int] | None = None,
+    reference_seed: int = REFERENCE_SEED,
+    reference_frames: str | int | None = "match",
+    evaluator: MotionEvaluator | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """The embeddings :func:`set_metrics` reads: motions ``[N, D]``, their prompts ``[N, D]``, the real reference
+    clips ``[N_ref, D]`` (arguments as :func:`set_metrics`), and the prompt texts."""
+    ev = evaluator if evaluator is not None else load_evaluator()
+    texts = _prompt_texts(prompts)
+    m = ev.embed_motions(features, lengths)
+    if len(m) != len(texts):
+        raise ValueError(f"{len(m)} motions for {len(texts)} prompts")
+    if not np.all(np.isfinite(m)):
+        raise ValueError("some motions contain NaN or infinite values; set metrics need finite motions")
+    t = ev.embed_texts(texts)
+    if reference is None:
+        if reference_frames == "match":
+            frames = [matched_frames(len(x)) for x in _features_list(features, lengths)]
+        elif reference_frames is None or isinstance(reference_frames, int):
+            frames = reference_frames
+        else:
+            raise ValueError(f"reference_frames must be 'match', an int or None, got {reference_frames!r}")
+        reference = reference_features(prompts, reference_seed, frames)
+    r = ev.embed_motions(reference, reference_lengths)
+    return m, t, r, texts
+
+
+def embedding_metrics(
+    m: np.ndarray,
+    t: np.ndarray,
+    r: np.ndarray,
+    texts: Sequence[str],
+    *,
+    seed: int = 0,
+    batch: int = R_PRECISION_BATCH,
+    diversity_pairs: int = DIVERSITY_PAIRS,
+    multimodality_pairs: int = MULTIMODALITY_PAIRS,
+) -> dict[str, float]:
+    """The set metrics of motion embeddings ``m``, their prompts' ``t`` and the reference's ``r`` (module
+    docstring): ``n``, R-precision top-1/2/3, ``matching_score`` (= ``mm_dist``), ``cosine``, ``fid``,
+    ``diversity``, ``reference_diversity``, ``multimodality`` and ``multimodality_texts``."""
+    out: dict[str, float] = {"n": float(len(m))}
+    out.update(r_precision(m, t, texts, batch, 3, seed))
+    out["matching_score"] = out["mm_dist"] = matching_score(m, t)
+    out["cosine"] = float((m.astype(np.float64) * t).sum(-1).mean())
+    out["fid"] = fid(m, r)
+    out["diversity"] = diversity(m, diversity_pairs, seed)
+    out["reference_diversity"] = diversity(r, diversity_pairs, seed)
+    mm, texts_used = multimodality(m, texts, multimodality_pairs, seed)
+    out["multimodality"], out["multimodality_texts"] = mm, float(texts_used)
+    return out
 
 
 def set_metrics(
@@ -546,34 +633,22 @@ def set_metrics(
     diversity pairs. Non-finite motions are an error (filter them first).
 
     Returns ``{"n", "r_precision_top1", "r_precision_top2", "r_precision_top3", "matching_score",
-    "cosine", "fid", "diversity", "reference_diversity", "cosine/<task>" …}`` (``cosine`` = mean cosine of
-    each motion with its prompt, per task where the prompts parse).
+    "mm_dist", "cosine", "fid", "diversity", "reference_diversity", "multimodality", "multimodality_texts",
+    "cosine/<task>" …}`` (:func:`embedding_metrics`; ``cosine`` = mean cosine of each motion with its
+    prompt, per task where the prompts parse).
     """
-    ev = evaluator if evaluator is not None else load_evaluator()
-    texts = _prompt_texts(prompts)
-    m = ev.embed_motions(features, lengths)
-    if len(m) != len(texts):
-        raise ValueError(f"{len(m)} motions for {len(texts)} prompts")
-    if not np.all(np.isfinite(m)):
-        raise ValueError("some motions contain NaN or infinite values; set metrics need finite motions")
-    t = ev.embed_texts(texts)
-    if reference is None:
-        if reference_frames == "match":
-            frames = [matched_frames(len(x)) for x in _features_list(features, lengths)]
-        elif reference_frames is None or isinstance(reference_frames, int):
-            frames = reference_frames
-        else:
-            raise ValueError(f"reference_frames must be 'match', an int or None, got {reference_frames!r}")
-        reference = reference_features(prompts, reference_seed, frames)
-    r = ev.embed_motions(reference, reference_lengths)
+    m, t, r, texts = set_embeddings(
+        features,
+        prompts,
+        lengths,
+        reference=reference,
+        reference_lengths=reference_lengths,
+        reference_seed=reference_seed,
+        reference_frames=reference_frames,
+        evaluator=evaluator,
+    )
+    out = embedding_metrics(m, t, r, texts, seed=seed, batch=batch, diversity_pairs=diversity_pairs)
     cos = (m.astype(np.float64) * t).sum(-1)
-    out: dict[str, float] = {"n": float(len(m))}
-    out.update(r_precision(m, t, texts, batch, 3, seed))
-    out["matching_score"] = matching_score(m, t)
-    out["cosine"] = float(cos.mean())
-    out["fid"] = fid(m, r)
-    out["diversity"] = diversity(m, diversity_pairs, seed)
-    out["reference_diversity"] = diversity(r, diversity_pairs, seed)
     tasks = []
     for p in prompts:
         try:
@@ -755,6 +830,7 @@ __all__ = [
     "DIVERSITY_PAIRS",
     "MEASURE_SEED",
     "MODEL_DIR",
+    "MULTIMODALITY_PAIRS",
     "REFERENCE_SEED",
     "R_PRECISION_BATCH",
     "SPECIALS",
@@ -766,6 +842,7 @@ __all__ = [
     "batch_order",
     "clause_prompt",
     "diversity",
+    "embedding_metrics",
     "fid",
     "format_measurement",
     "grammar_vocab",
@@ -773,10 +850,12 @@ __all__ = [
     "matched_frames",
     "matching_score",
     "measure",
+    "multimodality",
     "pad_batch",
     "r_precision",
     "reference_features",
     "segment_prompts",
+    "set_embeddings",
     "set_metrics",
     "sinusoid",
     "tokenize",

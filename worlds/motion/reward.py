@@ -17,10 +17,11 @@ feature frames of a padded sample); the sample is then cut to it.
   ``soft`` (NaN when not applicable); batch means ``motion_judge/<score>`` and per task
   ``motion_judge/<score>/<task>`` for each of the three.
 
-``reward.fns = {"motion_physics": 1.0}`` (prompt-free): ``exp(−λ_skate · skate − λ_jerk · jerk)``
-(:mod:`worlds.motion.physics`); ``info`` per sample: ``skate``, ``penetration``, ``max_penetration``,
-``accel``, ``jerk``, ``bone_drift`` (NaN for an invalid sample, which scores 0), and their batch means
-``motion_physics/<metric>``.
+``reward.fns = {"motion_physics": 1.0}`` (prompt-free, dense): ``exp(−λ_skate · skate − λ_jerk · jerk −
+λ_pen · max_penetration − λ_float · floating)`` (:mod:`worlds.motion.physics`; a negative weight is refused
+in one line naming it); ``info`` per sample: every metric of :data:`worlds.motion.physics.METRICS` (skate,
+penetration, max_penetration, floating, accel, jerk, bone_drift, bone_cv_max, bone_cv_<group>, sane; NaN
+for an invalid sample, which scores 0), and their batch means ``motion_physics/<metric>``.
 
 ``reward.fns = {"motion_matching": 1.0}`` (``kwargs``: ``{"dense": True}`` for the segment-dense variant):
 the cosine of the prompt's and the sample's embeddings under the shipped text–motion evaluator
@@ -38,7 +39,7 @@ import numpy as np
 from reward_models import register
 
 from .features import FEATURE_DIM
-from .physics import LAMBDA_JERK, LAMBDA_SKATE, METRICS
+from .physics import LAMBDA_FLOATING, LAMBDA_JERK, LAMBDA_PENETRATION, LAMBDA_SKATE, METRICS
 
 SCORES = ("strict", "partial", "soft")
 #: fewest feature frames a sample needs
@@ -140,14 +141,33 @@ def motion_judge(score: str = "strict"):
 
 
 @register("motion_physics")
-def motion_physics(lambda_skate: float = LAMBDA_SKATE, lambda_jerk: float = LAMBDA_JERK):
-    """Reward = ``exp(−lambda_skate · skate − lambda_jerk · jerk)`` of each sample's recovered joints.
+def motion_physics(
+    lambda_skate: float = LAMBDA_SKATE,
+    lambda_jerk: float = LAMBDA_JERK,
+    lambda_penetration: float = LAMBDA_PENETRATION,
+    lambda_floating: float = LAMBDA_FLOATING,
+):
+    """Reward = ``exp(−λ_skate·skate − λ_jerk·jerk − λ_pen·max_penetration − λ_float·floating)`` per sample.
 
-    Skate in m/s, jerk in m²/s⁶ (:mod:`worlds.motion.physics`); prompts are not read.
+    A dense score of each motion's recovered joints (:mod:`worlds.motion.physics`; prompts are not read):
+    skate in m/s, jerk in m²/s⁶, the worst foot depth below the floor and the lowest foot's height above
+    the contact band in m; each weight is per unit of its metric (``1 / λ`` costs a factor ``e``) and
+    must be >= 0 (0 turns the term off; the defaults keep the penetration and floating terms off).
     """
-    for name, value in (("lambda_skate", lambda_skate), ("lambda_jerk", lambda_jerk)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+    weights = {
+        "lambda_skate": lambda_skate,
+        "lambda_jerk": lambda_jerk,
+        "lambda_penetration": lambda_penetration,
+        "lambda_floating": lambda_floating,
+    }
+    for name, value in weights.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
             raise ValueError(f"reward 'motion_physics': {name} must be a finite number >= 0, got {value!r}")
+        if value < 0:
+            raise ValueError(
+                f"reward 'motion_physics': {name} = {value!r} is negative, which would reward the flaw it measures; "
+                f"give a weight >= 0 (0 turns the term off) in reward.kwargs['motion_physics']['{name}']"
+            )
     from .features import recover_joints
     from .physics import physics_metrics, physics_score
 
@@ -162,7 +182,7 @@ def motion_physics(lambda_skate: float = LAMBDA_SKATE, lambda_jerk: float = LAMB
             if not _valid(x):
                 continue  # invalid sample: score 0, metrics NaN
             m = physics_metrics(recover_joints(x))
-            scores[i] = physics_score(m, lambda_skate, lambda_jerk)
+            scores[i] = physics_score(m, **weights)
             for k in METRICS:
                 per[k][i] = m[k]
         info: dict[str, Any] = dict(per)
