@@ -58,6 +58,10 @@ def test_scorer_names_and_their_kwargs():
     assert both == {"shapes": {"score": "strict"}, "det": {}}
     with pytest.raises(ValueError, match="eval.reward_kwargs.*keyed by name"):
         scorer_kwargs(["shapes", "det"], {"score": "strict"})
+    import ml_collections  # a config's nested dicts arrive as ConfigDicts (config/motion.py:physics)
+
+    nested = ml_collections.ConfigDict({"kw": {"shapes": {"score": "strict"}, "det": {"x": 1}}}).kw
+    assert scorer_kwargs(["shapes", "det"], nested) == {"shapes": {"score": "strict"}, "det": {"x": 1}}
 
 
 def test_paired_gains_and_the_warning_when_only_the_training_reward_rises(tmp_path):
