@@ -112,6 +112,48 @@ def test_motion_physics_contract(clips):
         motion_physics(lambda_jerk=-1.0)
 
 
+@pytest.mark.parametrize("field", ["lambda_skate", "lambda_jerk", "lambda_penetration", "lambda_floating"])
+def test_negative_physics_weight_is_one_fix_it_line(field):
+    with pytest.raises(ValueError) as err:
+        motion_physics(**{field: -0.5})
+    msg = str(err.value)
+    assert "\n" not in msg and "negative" in msg and f"reward.kwargs['motion_physics']['{field}']" in msg
+
+
+def test_floating_bone_groups_and_sane(clips):
+    """floating = mean height of the lowest foot joint above the 5 cm contact band; bone CV per group; sane flag."""
+    from worlds.motion.physics import BONE_GROUPS, CONTACT_HEIGHT, METRICS
+
+    walk = clips["a person walks forward"].joints.copy()
+    clean = physics_metrics(walk)
+    assert clean["floating"] == 0.0 and clean["sane"] == 1.0 and clean["bone_cv_max"] < 1e-9
+    assert {f"bone_cv_{g}" for g in BONE_GROUPS} <= set(clean) and set(METRICS) == set(clean)
+    assert sorted(c for bones in BONE_GROUPS.values() for c in bones) == list(range(1, 22))  # every bone once
+    lifted = walk.copy()
+    lifted[..., 1] += 0.30  # hovering 30 cm up: floating = 0.30 - 0.05 above the lowest foot's own height (0)
+    assert abs(physics_metrics(lifted)["floating"] - (0.30 - CONTACT_HEIGHT)) < 1e-9
+    stretched = walk.copy()  # the left shin (knee 4 -> ankle 7, the foot 10 with it) 10 % longer on odd frames
+    stretched[1::2, [7, 10]] += 0.1 * (walk[1::2, 7:8] - walk[1::2, 4:5])
+    m = physics_metrics(stretched)  # lengths L and 1.1 L alternately: CV = 0.05 / 1.05
+    assert abs(m["bone_cv_shin"] - 0.05 / 1.05) < 2e-3 and m["bone_cv_thigh"] < 1e-9
+    assert m["bone_cv_max"] == m["bone_cv_shin"] and m["sane"] == 1.0
+    arm = walk.copy()  # the left upper arm (shoulder 16 -> elbow 18, the wrist 20 with it) 50 % longer: CV ≈ 0.2
+    arm[1::2, [18, 20]] += 0.5 * (walk[1::2, 18:19] - walk[1::2, 16:17])
+    m = physics_metrics(arm)
+    assert m["bone_cv_upper_arm"] > 0.1 and m["max_penetration"] == 0.0 and m["sane"] == 0.0
+    sunk = walk.copy()
+    sunk[..., 1] -= 0.06  # a foot 6 cm under the floor: not sane, and the penetration term lowers the reward
+    assert physics_metrics(sunk)["sane"] == 0.0
+    fn, pen = motion_physics(), motion_physics(lambda_penetration=10.0, lambda_floating=10.0)
+    f = features_from_joints(walk)  # (features put the lowest joint on the floor: move every height, dims 3, 5, 8 ...)
+    up = np.zeros(f.shape[1])
+    up[3], up[5:67:3] = 1.0, 1.0  # the root height and the ric joints' y (absolute heights, as HumanML3D's)
+    x = np.stack([f, f - 0.06 * up, f + 0.30 * up])
+    plain, weighted = np.asarray(fn(x, ["a"] * 3, [{}] * 3)[0]), np.asarray(pen(x, ["a"] * 3, [{}] * 3)[0])
+    assert abs(weighted[0] - plain[0]) < 1e-6  # clean: both extra terms are 0
+    assert weighted[1] < plain[1] * np.exp(-10 * 0.05) and weighted[2] < plain[2] * np.exp(-10 * 0.2)
+
+
 def test_render_writes_files(tmp_path, clips):
     from PIL import Image
 
