@@ -51,7 +51,12 @@ every sample are scored too (worlds/motion/evaluation.py: skate, penetration, ma
 jerk, bone_drift and the motion_physics score as "physics", per group like the judge's), grid.png shows
 stick-figure filmstrips, and eval.json's "set_metrics" holds the text–motion evaluator's set-level numbers
 (R-precision, matching score, FID, diversity: worlds/motion/evaluator.py) when its weights are installed
-({} otherwise). Generic denoiser pipelines take --kernel: "ddim" (deterministic DDIM, what the motion
+({} otherwise). eval.json's "table" and the printed table are the numbers text-to-motion papers print
+(worlds/motion/table.py): R-precision top-1/2/3, FID, MM-Dist, Diversity, MultiModality, the judge's
+strict / partial per task and the physics metrics (skate, penetration, floating, jerk, bone-length CV per
+bone group, sane bodies), each ± one standard error (set metrics: a bootstrap over prompts, B = 200; the
+others over samples) and, with --compare, base | model | paired difference. MultiModality needs several
+samples per prompt (--per_group cycles prompts with new seeds, or --per_prompt). Generic denoiser pipelines take --kernel: "ddim" (deterministic DDIM, what the motion
 recipes evaluate with) or "ddpm" (at noise level 0 the posterior-mean chain); "" = the scheduler's kind.
 
 Sampling is deterministic: noise_level 0 (the flow ODE / DDIM η=0) and the initial noise of sample k
@@ -407,6 +412,7 @@ def run(args) -> dict:
     by_reward = scorers.metrics()
     metrics = by_reward[names[0]]
     set_metrics = {}
+    all_samples, all_captions = samples, captions  # (motions: every sample, for the set metrics and the table)
     if kind == "motion":
         from worlds.motion.evaluation import set_level_metrics
 
@@ -426,6 +432,22 @@ def run(args) -> dict:
             "scorers": base.metrics(),
             "paired": _paired_json(tables, args.group_by),
         }
+    table, physics_keys = None, ()
+    if kind == "motion":  # the HumanML3D-style table with standard errors (worlds/motion/table.py)
+        from worlds.motion.evaluation import PHYSICS_KEYS as physics_keys
+        from worlds.motion.table import motion_table
+
+        first = names[0]
+        table = motion_table(
+            all_samples,
+            all_captions,
+            scorers.values(first),
+            scorers.scored[first].groups,
+            base=None
+            if compare is None
+            else {"features": base_samples, "prompts": base_captions, "values": base.values(first)},
+            seed=args.seed,
+        )
 
     for name, m in by_reward.items():
         if m["eval/num_samples"] and m["eval/not_applicable"] == m["eval/num_samples"]:
@@ -453,6 +475,8 @@ def run(args) -> dict:
     }
     if compare is not None:
         result["compare"] = compare
+    if table is not None:
+        result["table"] = table
     _write_json(result, out / "eval.json")
     nrow = args.per_prompt if 1 < args.per_prompt <= 16 else (4 if kind == "motion" else 8)
     save_grid(policy.preview(samples), captions, str(out / "grid.png"), nrow=nrow)
@@ -468,12 +492,20 @@ def run(args) -> dict:
             print(f"\n{name}" + (f": {args.compare} → {args.model}" if compare is not None else ""))
         print(eval_table(compare["scorers"][name] if compare else None, reward_metrics, args.group_by))
         if compare is not None:
-            for metric, table in tables[name].items():
-                print(format_paired(table, f"{name} {metric}"))
+            for metric, paired_table in tables[name].items():
+                if name == names[0] and metric in physics_keys:
+                    continue  # (the motion table below shows the physics metrics' paired differences)
+                print(format_paired(paired_table, f"{name} {metric}"))
     if set_metrics:
         print(
             "set-level (text–motion evaluator): "
             + "  ".join(f"{k.split('/', 1)[1]}={v:.3f}" for k, v in set_metrics.items() if k.count("/") == 1)
+        )
+    if table is not None:
+        from worlds.motion.table import format_table
+
+        print(
+            "\n" + format_table(table, f"HumanML3D-style table ({args.compare + ' → ' if compare else ''}{args.model})")
         )
     print(f"wrote {out / 'eval.json'} and {out / 'grid.png'}", flush=True)
     return result

@@ -387,6 +387,32 @@ def test_script_on_a_motion_pipeline_reports_judge_and_physics(tmp_path, capsys)
     assert exc.value.code == 2
 
 
+def test_motion_table_with_standard_errors_and_compare(tmp_path, capsys):
+    """A motion pipeline's eval.json "table": the HumanML3D set metrics, judge per task and physics, each with an SE,
+    and with --compare base | model | paired difference (worlds/motion/table.py; self-pairing: test_motion_table)."""
+    from worlds.motion.tiny import build_tiny_mdm
+
+    model, other = tmp_path / "mdm", tmp_path / "mdm1"
+    build_tiny_mdm(model)
+    build_tiny_mdm(other, seed=1)
+    args = ["--per_group", "0", "--limit", "3", "--per_prompt", "2", "--num_steps", "2", "--guidance_scale", "2.5"]
+    args += ["--kernel", "ddim", "--device", "cpu", "--model", str(model), "--out", str(tmp_path / "ev")]
+    assert evaluate_script.main([*args, "--compare", str(other)]) == 0
+    rows = json.loads((tmp_path / "ev" / "eval.json").read_text())["table"]["rows"]
+    for key in ("r_precision_top1", "r_precision_top3", "fid", "mm_dist", "diversity", "multimodality"):
+        cells = rows[key]
+        assert {"base", "model", "diff"} <= set(cells) and cells["model"]["se"] >= 0.0, key
+        assert abs(cells["diff"]["value"] - (cells["model"]["value"] - cells["base"]["value"])) < 1e-9, key
+    assert rows["multimodality"]["model"]["texts"] == 3  # two samples of each prompt
+    for key in ("strict/task_mean", "partial/task_mean", "skate", "max_penetration", "floating", "jerk", "sane"):
+        assert math.isfinite(rows[key]["model"]["value"]) and "diff" in rows[key], key
+    assert rows["jerk"]["diff"]["value"] != 0.0 and rows["jerk"]["diff"]["se"] > 0.0
+    assert {"bone_cv_thigh", "bone_cv_shin", "bone_cv_upper_arm", "bone_cv_max"} <= set(rows)
+    printed = capsys.readouterr().out
+    for label in ("R-precision top-1", "MM-Dist", "MultiModality", "floating (m)", "bone-length CV, shin", "± "):
+        assert label in printed, label
+
+
 # ------------------------------------------------------------------ several scorers, --compare
 
 
