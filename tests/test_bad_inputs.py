@@ -76,6 +76,15 @@ CASES = [
         ["jpeg_compressibility", "not a number"],
     ),
     ("kwargs of an unused reward", ["--config.reward.kwargs={'aesthetic': {}}"], 2, ["reward.kwargs", "aesthetic"]),
+    (
+        "negative physics weight",
+        [
+            "--config.reward.fns={'motion_physics': 1.0}",
+            "--config.reward.kwargs={'motion_physics': {'lambda_floating': -1.0}}",
+        ],
+        2,
+        ["lambda_floating = -1.0 is negative", "reward.kwargs['motion_physics']['lambda_floating']"],
+    ),
     ("missing prompt file", ["--config.prompts.source={tmp}/prompts.txt"], 2, ["prompts.source", "prompts.txt"]),
     ("malformed prompt row", ["--config.prompts.source={tmp}/bad.jsonl"], 2, ["bad.jsonl line 2", "invalid JSON"]),
     ("stratify by a missing field", ["--config.prompts.stratify_by=task"], 2, ["prompts.stratify_by", "task"]),
