@@ -368,6 +368,16 @@ def _paired_json(tables: dict, group_by: str) -> dict:
     return {n: {m: {key(g): p.to_dict() for g, p in t.items()} for m, t in by_m.items()} for n, by_m in tables.items()}
 
 
+def _without(metrics: dict, names) -> dict:
+    """``metrics`` (eval/<m>, eval/<m>/<group>, eval/<group_by>_mean/<m>) without the metrics ``names``."""
+
+    def metric(key: str) -> str:
+        parts = key.split("/")
+        return parts[-1] if len(parts) == 3 and parts[1].endswith("_mean") else parts[1] if len(parts) > 1 else key
+
+    return {k: v for k, v in metrics.items() if metric(k) not in names}
+
+
 def _abspath(model: str) -> str:
     path = os.path.expanduser(model)
     return os.path.abspath(path) if os.path.exists(path) else model
@@ -490,7 +500,10 @@ def run(args) -> dict:
     for name, reward_metrics in by_reward.items():
         if len(by_reward) > 1 or compare is not None:
             print(f"\n{name}" + (f": {args.compare} → {args.model}" if compare is not None else ""))
-        print(eval_table(compare["scorers"][name] if compare else None, reward_metrics, args.group_by))
+        shown = (compare["scorers"][name] if compare else None), reward_metrics
+        if name == names[0] and physics_keys:  # (the motion table below shows the physics metrics)
+            shown = tuple(None if m is None else _without(m, physics_keys) for m in shown)
+        print(eval_table(*shown, args.group_by))
         if compare is not None:
             for metric, paired_table in tables[name].items():
                 if name == names[0] and metric in physics_keys:
