@@ -28,7 +28,9 @@ at evaluation's noise level 0 it is the posterior-mean chain). Switch with
 The denoiser is 0.64 M parameters over 96 frames × 263 features; LoRA adapters (rank 8) on its attention and
 feed-forward layers are trained. What the recipes achieve is measured in worlds/motion/README.md ("GRPO"):
 ``motion_quick`` holds held-out strict (0.420 → 0.425, physics and evaluator numbers unchanged) but does
-not raise it; without the KL anchor every judge-driven run lost accuracy.
+not raise it; without the KL anchor every judge-driven run lost accuracy. ``physics`` (one seed) lowers skate
+0.323 → 0.315 m/s (−0.008 ± 0.001, paired) with held-out strict 0.420 → 0.410 (−1.0 ± 1.0 points): it moves
+in the right direction by ≈ 2 %, far from issue 26's 0.7× (docs/experiments/2026-11-26-motion.md).
 """
 
 from config.base import get_config as base_config
