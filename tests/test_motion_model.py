@@ -202,3 +202,23 @@ def test_train_script_on_a_tiny_motion_pipeline(tmp_path):
     final = load_pipeline(str(run / "final"))
     x = final(["a person turns left"], num_inference_steps=2, generator=torch.Generator().manual_seed(0)).samples
     assert x.shape == (1, 24, 263) and np.isfinite(x.numpy()).all()
+
+
+def test_physics_recipe_builds_its_reward_and_scorers():
+    """config/motion.py:physics validates; its training reward is motion_physics with every term on, its held-out
+    scorers the strict judge and motion_physics (per-scorer kwargs), anchored to the base (train.beta > 0)."""
+    from config.motion import PHYSICS_WEIGHTS, get_config
+    from ddpo_grpo.components import build_rewards
+    from ddpo_grpo.config_checks import validate
+
+    config = get_config("physics")
+    validate(config)
+    assert dict(config.reward.fns) == {"motion_physics": 1.0} and config.train.beta > 0
+    assert all(w > 0 for w in PHYSICS_WEIGHTS.values())
+    reward, scorers = build_rewards(config)
+    assert list(scorers) == ["motion_judge", "motion_physics"]
+    from worlds.motion.generator import generate
+
+    clip = torch.as_tensor(generate("a person walks forward", 0).features()[None].astype(np.float32))
+    scores, info = scorers["motion_physics"](clip, ["a person walks forward"], [{}])
+    assert 0.0 < float(np.asarray(scores)[0]) <= 1.0 and "floating" in info and "sane" in info
