@@ -60,8 +60,15 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--gpus {n}: the number of processes must be ≥ 1")
         if not gib > 0:
             raise UsageError(f"--gpu-memory {memory}: GiB per GPU must be > 0")
+        previous = os.environ.get("WORLD_SIZE")
         os.environ["WORLD_SIZE"] = str(n)  # the recipes derive per-process counts from it
-        cfg = load_config(argv, DEFAULT_CONFIG)
+        try:
+            cfg = load_config(argv, DEFAULT_CONFIG)
+        finally:
+            if previous is None:
+                os.environ.pop("WORLD_SIZE")
+            else:
+                os.environ["WORLD_SIZE"] = previous
         if not cfg.pretrained.model:
             raise UsageError("pretrained.model is empty (the tiny builds): the planner is for a real model's configs")
         from ddpo_grpo import planner

@@ -51,4 +51,17 @@ def plan(config, processes: int = 1, memory_gib: float = 80.0, *, model: str | N
     return Plan(spec, facts, ests, int(memory_gib * GIB), int(config.train.batch_size), bool(config.train.use_lora))
 
 
-__all__ = ["GIB", "Plan", "STRATEGIES", "plan"]
+def startup_line(config, processes: int, model: str, memory_bytes: int = 0, accelerator: bool = False) -> str | None:
+    """The plan's one-line summary for the run's own strategy (what train.py prints at start-up), or None when the
+    model cannot be planned (a factory file, a hub id without shipped configs, anything unexpected): the planner
+    never fails a run."""
+    try:
+        p = plan(config, processes, memory_bytes / GIB, model=model, accelerator=accelerator)
+        from ddpo_grpo.planner.report import summary
+
+        return summary(p, p.estimate(config.distributed.strategy))
+    except Exception:  # noqa: BLE001  (a plan is advice: no failure of it may stop a run)
+        return None
+
+
+__all__ = ["GIB", "Plan", "STRATEGIES", "plan", "startup_line"]
