@@ -90,7 +90,7 @@ def test_block_count_on_meta_equals_the_real_saved_tensors(tiny_flux):
         weights = {t.untyped_storage().data_ptr() for t in block_real.parameters()}
         seen = {}
 
-        def pack(t):
+        def pack(t, weights=weights, seen=seen):
             if t.untyped_storage().data_ptr() not in weights:
                 seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
             return t
