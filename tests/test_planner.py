@@ -6,7 +6,7 @@ import torch
 
 from ddpo_grpo import planner
 from ddpo_grpo.planner import activations, blocks, meta, sources
-from ddpo_grpo.planner.estimate import GIB, estimate
+from ddpo_grpo.planner.estimate import GIB
 from tests.conftest import load_script
 
 #: published sizes (elements of the transformer's parameters and persistent buffers; the model cards' figures, to the
@@ -124,11 +124,23 @@ def test_lora_reference_is_free_and_checkpointing_lowers_activations(tiny_flux):
 
 def test_largest_batch_grows_with_memory_and_fits(tiny_flux):
     e = _plan(tiny_flux, batch_size=1).estimate("ddp")
-    sizes = [e.largest_batch(int(m * e.peak), 1) for m in (0.5, 1.0, 2.0, 4.0, 8.0)]
+    memories = [int(m * e.peak) for m in (0.5, 1.0, 2.0, 4.0, 8.0)]
+    sizes = [e.largest_batch(m) for m in memories]
     assert sizes == sorted(sizes) and sizes[0] == 0 and sizes[1] >= 1 and sizes[-1] > sizes[1]
-    config = _config(batch_size=sizes[3])
-    bigger = estimate(_plan(tiny_flux, batch_size=sizes[3]).facts, config, 2, "ddp")
-    assert bigger.peak <= 4 * e.peak
+    for m, b in zip(memories[1:], sizes[1:]):
+        assert e.peak_for(b) <= m < e.peak_for(b + 1)
+    bigger = _plan(tiny_flux, batch_size=sizes[3]).estimate("ddp")
+    assert bigger.peak == e.peak_for(sizes[3])
+
+
+def test_one_backward_per_step_overlaps_gradients_and_activations(tiny_flux):
+    """Gradients fill as the backward frees activations: with one backward per optimizer step the peak holds the
+    larger of the two, with several (trained steps × accumulation) both."""
+    one = _plan(tiny_flux, use_lora=False, timestep_fraction=0.25).estimate("ddp")  # 1 of 4 steps trained
+    many = _plan(tiny_flux, use_lora=False).estimate("ddp")  # 4 trained steps: 4 backward passes
+    assert one.overlap and not many.overlap and "overlap" not in many.parts
+    assert one.parts["overlap"] == -min(one.parts["activations"], one.parts["gradients"])
+    assert one.peak == many.peak - min(many.parts["activations"], many.parts["gradients"])
 
 
 def test_plan_script_on_a_shipped_recipe(capsys):

@@ -18,6 +18,12 @@ makes them so), W the denoiser's parameters and buffers, P the processes, b = tr
                  reshard_after_forward is off; cpu_offload moves the sharded rows to host memory (0 here)
     autocast     full fine-tuning under bf16/fp16 autocast without FSDP's mixed-precision policy: autocast keeps a
                  16-bit copy of each trainable weight for the backward, 2·T
+    overlap      one backward pass per optimizer step (K trained steps × gradient_accumulation_steps = 1, K the
+                 trained transitions per sample, or forward_timesteps for the forward objectives): the gradients
+                 are set to None after each step (zero_grad(set_to_none=True)) and filled block by block as the
+                 backward frees the same blocks' activations, so the two never peak together: the peak holds
+                 max(activations, gradients), i.e. this row is −min(activations, gradients). With several
+                 backward passes per step the gradients of the first are alive during the next forward: no overlap
     activations  the blocks' saved tensors for b samples (× 2 with CFG in the training forward: the conditional and
                  unconditional halves run as one batch), counted on meta (activations.py); checkpointing keeps
                  the blocks' inputs and one block's activations
@@ -52,6 +58,9 @@ class Estimate:
     per_sample_activation: int = 0  # the activations row's increase per train sample (CFG included)
     notes: list = field(default_factory=list)
 
+    batch: int = 1  # the train.batch_size of ``parts``
+    overlap: bool = False  # one backward per optimizer step (the "overlap" row)
+
     @property
     def training_phase(self) -> int:
         return sum(self.parts.values())
@@ -60,16 +69,24 @@ class Estimate:
     def peak(self) -> int:
         return max(self.training_phase, self.encoding_phase)
 
-    def largest_batch(self, memory: int, batch: int) -> int:
+    def peak_for(self, batch: int) -> int:
+        """The peak with train.batch_size = ``batch`` (the other parts as they are)."""
+        rest = sum(v for k, v in self.parts.items() if k not in ("activations", "overlap"))
+        act = self.parts.get("activations", 0) + (batch - self.batch) * self.per_sample_activation
+        overlap = -min(act, self.parts.get("gradients", 0)) if self.overlap else 0
+        return max(rest + act + overlap, self.encoding_phase)
+
+    def largest_batch(self, memory: int) -> int:
         """The largest train.batch_size whose peak fits ``memory`` bytes (0 when even one sample does not fit)."""
-        if not self.per_sample_activation:
+        if not self.per_sample_activation or self.peak_for(1) > memory:
             return 0
-        rest = self.training_phase - self.parts.get("activations", 0)
-        fixed = self.parts.get("activations", 0) - batch * self.per_sample_activation
-        room = memory - rest - fixed
-        if self.encoding_phase > memory:
-            return 0
-        return max(0, int(room // self.per_sample_activation))
+        lo, hi = 1, 2
+        while self.peak_for(hi) <= memory and hi < 2**20:
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:  # peak_for(lo) fits, peak_for(hi) does not
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.peak_for(mid) <= memory else (lo, mid)
+        return lo
 
 
 def estimate(model, config, processes: int, strategy: str) -> Estimate:
@@ -109,6 +126,10 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
     act = model.activations
     out.per_sample_activation = factor * (act.checkpointed_per_sample if t.gradient_checkpointing else act.per_sample)
     out.parts["activations"] = act.fixed + t.batch_size * out.per_sample_activation
+    out.batch = int(t.batch_size)
+    out.overlap = backward_passes(config) == 1
+    if out.overlap:
+        out.parts["overlap"] = -min(out.parts["activations"], out.parts["gradients"])
     per_sample_store = (
         (s.num_steps + 1) * model.latent_numel * model.store_itemsize
         + (2 if s.guidance_scale > 1 else 1) * model.text_tokens * model.text_width * model.weight_itemsize
@@ -124,3 +145,17 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
     else:
         out.parts["encoders"] = model.encoder_bytes
     return out
+
+
+def backward_passes(config) -> int:
+    """Backward passes per optimizer step: trained transitions per sample K (grpo: ⌈timestep_fraction · S⌉ of the S
+    stochastic steps, S = sde_window_size or num_steps; forward objectives: forward_timesteps) × accumulation."""
+    import math
+
+    t, s = config.train, config.sample
+    if t.objective == "grpo":
+        stochastic = s.sde_window_size if s.sde_window_size > 0 else s.num_steps
+        k = max(1, math.ceil(t.timestep_fraction * stochastic))
+    else:
+        k = max(1, int(t.forward_timesteps))
+    return k * max(1, int(t.gradient_accumulation_steps))

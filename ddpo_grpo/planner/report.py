@@ -15,6 +15,7 @@ ORDER = (
     "fsdp gathered",
     "autocast copies",
     "activations",
+    "overlap",
     "store",
     "encoders",
 )
@@ -42,9 +43,7 @@ def table(plan) -> str:
         + " | ".join("yes" if e.peak <= plan.memory else "no" for e in ests)
         + " |"
     )
-    lines.append(
-        "| largest train.batch_size | " + " | ".join(str(e.largest_batch(plan.memory, plan.batch)) for e in ests) + " |"
-    )
+    lines.append("| largest train.batch_size | " + " | ".join(str(e.largest_batch(plan.memory)) for e in ests) + " |")
     return "\n".join(lines)
 
 
@@ -64,12 +63,13 @@ def header(plan) -> str:
 
 def summary(plan, estimate) -> str:
     """``memory plan (fsdp × 8, 80 GiB): peak 41.3 GiB per process = weights 2.9 + … ; largest train.batch_size 6``."""
-    parts = " + ".join(f"{k} {gib(v)}" for k in ORDER if (v := estimate.parts.get(k)))
+    parts = " ".join(f"{'−' if v < 0 else '+'} {k} {gib(abs(v))}" for k in ORDER if (v := estimate.parts.get(k)))
+    parts = parts[2:] if parts.startswith("+ ") else parts
     fits = ""
     if plan.memory:
         fits = (
             f"; {'fits' if estimate.peak <= plan.memory else 'does NOT fit'} {plan.memory / GIB:.0f} GiB, "
-            f"largest train.batch_size {estimate.largest_batch(plan.memory, plan.batch)}"
+            f"largest train.batch_size {estimate.largest_batch(plan.memory)}"
         )
     enc = f" (encoding phase {gib(estimate.encoding_phase)})" if estimate.encoding_phase else ""
     return (
