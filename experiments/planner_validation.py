@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: name -> (processes, strategy, use_lora, train batch, gradient checkpointing)
+#: name -> (processes, strategy, use_lora, train batch, gradient checkpointing[, builder: "build" or "build_small"])
 POINTS = {
     "lora_b1": (1, "ddp", True, 1, False),
     "lora_b2": (1, "ddp", True, 2, False),
@@ -42,12 +42,20 @@ POINTS = {
     "fsdp2_lora_b2": (2, "fsdp", True, 2, False),
     "fsdp2_full_b2": (2, "fsdp", False, 2, False),
     "fsdp2_full_b2_ckpt": (2, "fsdp", False, 2, True),
+    "ddp2_full_b2_small": (2, "ddp", False, 2, False, "build_small"),
 }
 
 WIDTH = dict(num_layers=4, num_single_layers=8, attention_head_dim=128, num_attention_heads=8)
+#: the smaller one for DDP full fine-tuning on 2 processes (weights, gradients and DDP's buckets in each): d = 768
+SMALL = dict(WIDTH, num_attention_heads=6)
 
 
-def build():
+def build_small():
+    """As ``build`` with d = 768 (156 M parameters)."""
+    return build(SMALL)
+
+
+def build(width=None):
     """The FLUX.1-architecture pipeline of the module docstring (random weights, seeded)."""
     import torch
     from diffusers import FluxPipeline, FluxTransformer2DModel
@@ -64,7 +72,7 @@ def build():
         pooled_projection_dim=TEXT_HIDDEN,
         guidance_embeds=True,
         axes_dims_rope=(16, 56, 56),
-        **WIDTH,
+        **(width or WIDTH),
     )
     return FluxPipeline(**components)
 
@@ -72,9 +80,9 @@ def build():
 def config_for(point: str, logdir: str):
     from config.flux import tiny
 
-    processes, strategy, lora, batch, ckpt = POINTS[point]
+    processes, strategy, lora, batch, ckpt, *builder = POINTS[point]
     c = tiny()
-    c.pretrained.model = f"{__file__}:build"
+    c.pretrained.model = f"{__file__}:{builder[0] if builder else 'build'}"
     c.logdir, c.run_name = logdir, point
     c.num_epochs, c.save_freq = 1, 0
     s = c.sample
@@ -128,10 +136,11 @@ def worker(point: str, logdir: str, out: str) -> None:
 def predict(point: str, logdir: str) -> dict:
     from ddpo_grpo import planner
 
-    processes, strategy, *_ = POINTS[point]
-    directory = Path(logdir) / "configs"
+    processes, strategy, *rest = POINTS[point]
+    small = len(rest) > 3 and rest[3] == "build_small"
+    directory = Path(logdir) / ("configs_small" if small else "configs")
     if not (directory / "model_index.json").is_file():
-        write_configs(build(), directory)
+        write_configs(build_small() if small else build(), directory)
     c = config_for(point, logdir)
     p = planner.plan(c, processes, 0, model=str(directory), accelerator=False)
     e = p.estimate(strategy)
@@ -168,9 +177,19 @@ def main() -> None:
     ap.add_argument("--logdir", default=os.path.join(tempfile.gettempdir(), "planner_validation"))
     ap.add_argument("--out")
     ap.add_argument("--results", default="")
+    ap.add_argument("--repredict", default="", help="a results file: print its rows with today's planner predictions")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.logdir, args.out)
+        return
+    if args.repredict:
+        for line in Path(args.repredict).read_text().splitlines():
+            row = json.loads(line)
+            pred = predict(row["point"], args.logdir)
+            m = max(row["measured_gib"]) * 2**30
+            row.update(predicted_gib=pred["peak"] / 2**30, error_pct=100 * (pred["peak"] - m) / m)
+            row["parts_gib"] = {k: v / 2**30 for k, v in pred["parts"].items()}
+            print(json.dumps(row), flush=True)
         return
     names = list(POINTS) if args.points == "all" else args.points.split(",")
     for name in names:
