@@ -30,7 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: name -> (processes, strategy, use_lora, train batch, gradient checkpointing[, builder: "build" or "build_small"])
+#: name -> (processes, strategy, use_lora, train batch, gradient checkpointing[, builder: "build" or "build_small"
+#: [, train.timestep_fraction of the 2 steps: 0.5 = one backward pass per optimizer step]])
 POINTS = {
     "lora_b1": (1, "ddp", True, 1, False),
     "lora_b2": (1, "ddp", True, 2, False),
@@ -43,6 +44,7 @@ POINTS = {
     "fsdp2_full_b2": (2, "fsdp", False, 2, False),
     "fsdp2_full_b2_ckpt": (2, "fsdp", False, 2, True),
     "ddp2_full_b2_small": (2, "ddp", False, 2, False, "build_small"),
+    "full_b1_two_steps": (1, "ddp", False, 1, False, "build", 1.0),  # both steps trained: 2 backward passes
 }
 
 WIDTH = dict(num_layers=4, num_single_layers=8, attention_head_dim=128, num_attention_heads=8)
@@ -90,7 +92,7 @@ def config_for(point: str, logdir: str):
     s.batch_size, s.group_size, s.num_batches_per_epoch = max(batch, 2), 2, 1
     t = c.train
     t.batch_size, t.use_lora, t.gradient_checkpointing = batch, lora, ckpt
-    t.timestep_fraction = 0.5  # one trained step per sample
+    t.timestep_fraction = builder[1] if len(builder) > 1 else 0.5  # 0.5: one trained step per sample
     t.optimizer = "adamw" if lora else "sgd"  # full fine-tuning: plain SGD keeps no state (memory for the point)
     c.distributed.strategy = strategy
     c.logging.progress = False
