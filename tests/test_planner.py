@@ -186,3 +186,15 @@ def test_train_prints_the_plan_line_and_never_fails_on_it(tmp_path, capsys, monk
     Trainer(c)
     assert "memory plan" not in capsys.readouterr().out
     assert planner.startup_line(c, 1, "nowhere/at-all") is None
+
+
+def test_unmodelled_blocks_are_said_not_guessed(tmp_path):
+    from config.base import get_config
+
+    from ddpo_grpo.tiny import BUILDERS
+
+    BUILDERS["sd"](tmp_path / "sd")
+    c = get_config()
+    c.sample.resolution = 32
+    line = planner.startup_line(c, 1, str(tmp_path / "sd"), 80 * GIB)
+    assert "UNetMidBlock2DCrossAttn" in line and "not modelled" in line and "largest train.batch_size ?" in line

@@ -25,6 +25,18 @@ def gib(n: int) -> str:
     return f"{n / GIB:.2f}"
 
 
+def size(n: int) -> str:
+    """``12.34 GiB``, or ``56.7 MiB`` below 1 GiB (the tiny models)."""
+    return f"{n / GIB:.2f} GiB" if abs(n) >= GIB else f"{n / 2**20:.1f} MiB"
+
+
+def largest(plan, estimate) -> str:
+    """The largest train.batch_size that fits, or "?" when some block's activations are not modelled."""
+    if plan.facts.activations.unmodelled or not plan.facts.num_blocks:
+        return "? (activations not modelled)"
+    return str(estimate.largest_batch(plan.memory))
+
+
 def table(plan) -> str:
     """Markdown table: one row per part, one column per strategy, then the peak and the largest train batch."""
     ests = plan.estimates
@@ -43,7 +55,7 @@ def table(plan) -> str:
         + " | ".join("yes" if e.peak <= plan.memory else "no" for e in ests)
         + " |"
     )
-    lines.append("| largest train.batch_size | " + " | ".join(str(e.largest_batch(plan.memory)) for e in ests) + " |")
+    lines.append("| largest train.batch_size | " + " | ".join(largest(plan, e) for e in ests) + " |")
     return "\n".join(lines)
 
 
@@ -63,16 +75,18 @@ def header(plan) -> str:
 
 def summary(plan, estimate) -> str:
     """``memory plan (fsdp × 8, 80 GiB): peak 41.3 GiB per process = weights 2.9 + … ; largest train.batch_size 6``."""
-    parts = " ".join(f"{'−' if v < 0 else '+'} {k} {gib(abs(v))}" for k in ORDER if (v := estimate.parts.get(k)))
+    parts = " ".join(f"{'−' if v < 0 else '+'} {k} {size(abs(v))}" for k in ORDER if (v := estimate.parts.get(k)))
+    if plan.facts.activations.unmodelled:
+        parts += f" (activations of {', '.join(plan.facts.activations.unmodelled)} not modelled)"
     parts = parts[2:] if parts.startswith("+ ") else parts
     fits = ""
     if plan.memory:
         fits = (
             f"; {'fits' if estimate.peak <= plan.memory else 'does NOT fit'} {plan.memory / GIB:.0f} GiB, "
-            f"largest train.batch_size {estimate.largest_batch(plan.memory)}"
+            f"largest train.batch_size {largest(plan, estimate)}"
         )
-    enc = f" (encoding phase {gib(estimate.encoding_phase)})" if estimate.encoding_phase else ""
+    enc = f" (encoding phase {size(estimate.encoding_phase)})" if estimate.encoding_phase else ""
     return (
-        f"memory plan ({estimate.strategy} × {estimate.processes}): peak {gib(estimate.peak)} GiB per process{enc} = "
+        f"memory plan ({estimate.strategy} × {estimate.processes}): peak {size(estimate.peak)} per process{enc} = "
         f"{parts}{fits}"
     )
