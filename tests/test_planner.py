@@ -190,7 +190,6 @@ def test_train_prints_the_plan_line_and_never_fails_on_it(tmp_path, capsys, monk
 
 def test_unmodelled_blocks_are_said_not_guessed(tmp_path):
     from config.base import get_config
-
     from ddpo_grpo.tiny import BUILDERS
 
     BUILDERS["sd"](tmp_path / "sd")
