@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: name -> (processes, strategy, use_lora, train batch, gradient checkpointing[, builder: "build" or "build_small"
-#: [, train.timestep_fraction of the 2 steps: 0.5 = one backward pass per optimizer step]])
+#: [, train.timestep_fraction of the 2 steps: 0.5 = one backward pass per optimizer step[, mixed_precision]]])
 POINTS = {
     "lora_b1": (1, "ddp", True, 1, False),
     "lora_b2": (1, "ddp", True, 2, False),
@@ -45,6 +45,8 @@ POINTS = {
     "fsdp2_full_b2_ckpt": (2, "fsdp", False, 2, True),
     "ddp2_full_b2_small": (2, "ddp", False, 2, False, "build_small"),
     "full_b1_two_steps": (1, "ddp", False, 1, False, "build", 1.0),  # both steps trained: 2 backward passes
+    "lora_b4_bf16": (1, "ddp", True, 4, False, "build", 0.5, "bf16"),  # bf16 autocast, frozen base in bf16
+    "lora_b8_bf16": (1, "ddp", True, 8, False, "build", 0.5, "bf16"),
 }
 
 WIDTH = dict(num_layers=4, num_single_layers=8, attention_head_dim=128, num_attention_heads=8)
@@ -93,6 +95,7 @@ def config_for(point: str, logdir: str):
     t = c.train
     t.batch_size, t.use_lora, t.gradient_checkpointing = batch, lora, ckpt
     t.timestep_fraction = builder[1] if len(builder) > 1 else 0.5  # 0.5: one trained step per sample
+    c.mixed_precision = builder[2] if len(builder) > 2 else "no"
     t.optimizer = "adamw" if lora else "sgd"  # full fine-tuning: plain SGD keeps no state (memory for the point)
     c.distributed.strategy = strategy
     c.logging.progress = False

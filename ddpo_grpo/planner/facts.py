@@ -61,6 +61,18 @@ def _adapter_defaults(pipeline_class: str) -> tuple[tuple[str, ...], tuple[str, 
     return tuple(getattr(cls, "shard_blocks", ())), tuple(getattr(cls, "default_lora_targets", ()))
 
 
+def _cast(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """``module.to(dtype)`` without diffusers' advice on keeping some modules in float32 (meta tensors, no weights)."""
+    from diffusers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        module.to(dtype)
+    finally:
+        logging.set_verbosity(level)
+
+
 def _targeted(name: str, targets) -> bool:
     return any(name == t or name.endswith("." + t) for t in targets)
 
@@ -106,6 +118,8 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
     numel = meta.numel(denoiser)
     geo = geometry(directory, config.sample)
     compute = weight_dtype  # the dtype the blocks compute in (autocast / FSDP's bf16 policy; fp32 without)
+    weights_bytes = meta.nbytes(denoiser, weight_dtype)
+    _cast(denoiser, compute)  # on meta: the blocks' linear layers then compute (and keep their inputs) in that dtype
     acts = activations.count(blocks, denoiser.config, geo.image_tokens, geo.text_tokens, compute)
     sizes = [meta.numel(b) for b in blocks] or [0]
     trainable_sizes = [
@@ -127,7 +141,7 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
         denoiser_class=type(denoiser).__name__,
         denoiser_numel=numel,
         denoiser_params=sum(p.numel() for p in denoiser.parameters()),
-        denoiser_bytes_weight_dtype=meta.nbytes(denoiser, weight_dtype),
+        denoiser_bytes_weight_dtype=weights_bytes,
         lora_numel=lora,
         root_numel=root,
         largest_block=max(sizes),
