@@ -197,3 +197,13 @@ def test_unmodelled_blocks_are_said_not_guessed(tmp_path):
     c.sample.resolution = 32
     line = planner.startup_line(c, 1, str(tmp_path / "sd"), 80 * GIB)
     assert "UNetMidBlock2DCrossAttn" in line and "not modelled" in line and "largest train.batch_size ?" in line
+
+
+def test_bf16_counts_autocast_halves_and_fp32_islands(tiny_flux):
+    """Under bf16 the matrix products keep 16-bit inputs and the norms / softmax fp32 ones: between half the fp32
+    count and all of it."""
+    fp32 = _plan(tiny_flux).facts.activations.per_sample
+    c = _config()
+    c.mixed_precision = "bf16"
+    bf16 = planner.plan(c, 1, 1.0, model=str(tiny_flux), accelerator=False).facts.activations.per_sample
+    assert fp32 / 2 < bf16 < fp32

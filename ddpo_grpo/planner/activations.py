@@ -10,6 +10,11 @@ Attention: on meta, scaled-dot-product attention would take the math path and ke
 run's kernels (flash / memory-efficient on GPUs, the flash kernel of CPU fp32) keep q, k, v, the output and the
 log-sum-exp [B, H, N] (float32) instead. The count replaces SDPA by a function that saves exactly those.
 
+Mixed precision: under bf16 / fp16 the blocks run as autocast runs them — a ``TorchFunctionMode`` casts the inputs
+of the matrix products (linear, matmul, bmm, baddbmm, addmm, conv) to the 16-bit dtype and those of the ops autocast
+keeps in float32 (layer / group norm, softmax, exp, pow, rsqrt, sum, norm) to float32, above autograd as autocast
+does, so the casted copies are what autograd saves. (PyTorch's autocast does not run on the meta device.)
+
 Per sample and fixed parts: the forward runs at batch 1 and 2; per sample = S(2) − S(1), and the rest (tensors
 shared by every sample, e.g. the rotary tables) is S(1) − per sample, kept once for the whole model.
 
@@ -57,12 +62,82 @@ def _fused_attention():
         torch.nn.functional.scaled_dot_product_attention = original
 
 
+#: autocast's policy (the CUDA op lists' main entries): matrix products in the 16-bit dtype, these ops in float32
+_LOW = (
+    "torch.nn.functional.linear",
+    "torch.matmul",
+    "torch.bmm",
+    "torch.baddbmm",
+    "torch.addmm",
+    "torch.mm",
+    "torch.nn.functional.conv1d",
+    "torch.nn.functional.conv2d",
+    "torch.nn.functional.conv3d",
+    "torch.Tensor.__matmul__",
+)
+_FP32 = (
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.nn.functional.group_norm",
+    "torch.group_norm",
+    "torch.nn.functional.softmax",
+    "torch.softmax",
+    "torch.Tensor.softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.exp",
+    "torch.Tensor.exp",
+    "torch.pow",
+    "torch.Tensor.pow",
+    "torch.rsqrt",
+    "torch.Tensor.rsqrt",
+    "torch.sum",
+    "torch.Tensor.sum",
+    "torch.norm",
+)
+
+
+def _resolve(names):
+    import operator
+
+    out = set()
+    for name in names:
+        parts = name.split(".")
+        try:
+            out.add(operator.attrgetter(".".join(parts[1:]))(torch))
+        except AttributeError:
+            continue
+    return out
+
+
+class _Autocast(torch.overrides.TorchFunctionMode):
+    """Autocast's casts on any device (meta included): see the module docstring."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype, self.low, self.fp32 = dtype, _resolve(_LOW), _resolve(_FP32)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        target = self.dtype if func in self.low else torch.float32 if func in self.fp32 else None
+        if target is not None:
+
+            def cast(a):
+                if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != target:
+                    return a.to(target)
+                return a
+
+            args = tuple(cast(a) for a in args)
+            kwargs = {k: cast(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
 def _key(t: torch.Tensor):
     return t.untyped_storage()._cdata
 
 
-def saved_bytes(block: torch.nn.Module, inputs: dict) -> int:
-    """Bytes of the storages autograd saves in ``block(**inputs)`` (the block's own weights left out)."""
+def saved_bytes(block: torch.nn.Module, inputs: dict, autocast: torch.dtype | None = None) -> int:
+    """Bytes of the storages autograd saves in ``block(**inputs)`` (the block's own weights left out), under
+    autocast to ``autocast`` (bf16 / fp16) when given."""
     weights = {_key(t) for t in list(block.parameters()) + list(block.buffers())}
     saved: dict[int, int] = {}
 
@@ -72,7 +147,8 @@ def saved_bytes(block: torch.nn.Module, inputs: dict) -> int:
             saved[key] = t.untyped_storage().nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention(), torch.enable_grad():
+    mode = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention(), torch.enable_grad(), mode:
         block(**inputs)
     return sum(saved.values())
 
@@ -108,8 +184,9 @@ def count(blocks: list[torch.nn.Module], config, image_tokens: int, text_tokens:
         if one is None:
             unmodelled.add(type(block).__name__)
             continue
-        s1 = saved_bytes(block, one)
-        s2 = saved_bytes(block, block_inputs(block, config, 2, image_tokens, text_tokens, dtype))
+        autocast = dtype if dtype in (torch.bfloat16, torch.float16) else None
+        s1 = saved_bytes(block, one, autocast)
+        s2 = saved_bytes(block, block_inputs(block, config, 2, image_tokens, text_tokens, dtype), autocast)
         per = s2 - s1
         per_sample += per
         fixed = max(fixed, s1 - per)
