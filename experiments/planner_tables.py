@@ -56,7 +56,7 @@ def table(title, module, name, overrides) -> str:
         config.train.gradient_checkpointing = True
         ckpts.append(estimate(facts, config, p, strategy))
     plan = Plan(base.pretrained.model, facts, ests, MEMORY, int(base.train.batch_size), bool(base.train.use_lora))
-    lines = [f"**{title}**", "", report.header(plan), ""]
+    lines = [f"**{title}**", "", *(f"- {line}" for line in report.header(plan).splitlines()), ""]
     lines.append("| GiB per process | " + " | ".join(f"{s} × {p}" for s, p in COLUMNS) + " |")
     lines.append("|---" * (len(COLUMNS) + 1) + "|")
     for part in report.ORDER:

@@ -65,7 +65,7 @@ def header(plan) -> str:
     lines = [
         f"model: {plan.model} ({f.pipeline}; {f.denoiser_class} {f.denoiser_numel / 1e9:.3f} B elements, "
         f"{f.num_blocks} blocks; encoders and VAE {sum(n for _, n in f.encoders.values()) / 1e9:.3f} B)",
-        f"sample: {f.image_tokens} image + {f.text_tokens} text tokens; train.batch_size {plan.batch}; "
+        f"sample: {f.image_tokens} image (or video) + {f.text_tokens} text tokens; train.batch_size {plan.batch}; "
         f"trainable {'LoRA ' + format(f.lora_numel, ',') if plan.lora else 'all ' + format(f.denoiser_params, ',')}",
         f"activations per sample: {gib(a.per_sample)} GiB ({gib(a.checkpointed_per_sample)} with checkpointing)"
         + (f"; not modelled: {', '.join(a.unmodelled)}" if a.unmodelled else ""),
