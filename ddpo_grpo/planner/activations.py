@@ -169,6 +169,7 @@ class Activations:
     checkpointed_per_sample: int  # with checkpointing: Σ block inputs + the largest block's activations, per sample
     blocks: int  # blocks counted
     unmodelled: tuple[str, ...]  # block classes without an input builder (their activations are not counted)
+    per_class: tuple = ()  # (block class, how many, largest per-sample bytes of one, its inputs per sample)
 
     def total(self, batch: int, checkpointing: bool) -> int:
         per = self.checkpointed_per_sample if checkpointing else self.per_sample
@@ -178,7 +179,7 @@ class Activations:
 def count(blocks: list[torch.nn.Module], config, image_tokens: int, text_tokens: int, dtype) -> Activations:
     """Activations of ``blocks`` (meta modules, trainable parameters marked) for the sample's token counts."""
     per_sample = fixed = inputs_total = largest = 0
-    unmodelled = set()
+    unmodelled, classes = set(), {}
     for block in blocks:
         one = block_inputs(block, config, 1, image_tokens, text_tokens, dtype)
         if one is None:
@@ -192,4 +193,7 @@ def count(blocks: list[torch.nn.Module], config, image_tokens: int, text_tokens:
         fixed = max(fixed, s1 - per)
         inputs_total += input_bytes(one)
         largest = max(largest, per)
-    return Activations(per_sample, fixed, inputs_total + largest, len(blocks) - 0, tuple(sorted(unmodelled)))
+        n, most, kept = classes.get(type(block).__name__, (0, 0, 0))
+        classes[type(block).__name__] = (n + 1, max(most, per), max(kept, input_bytes(one)))
+    per_class = tuple((name, *v) for name, v in classes.items())
+    return Activations(per_sample, fixed, inputs_total + largest, len(blocks), tuple(sorted(unmodelled)), per_class)

@@ -70,6 +70,14 @@ def header(plan) -> str:
         f"activations per sample: {gib(a.per_sample)} GiB ({gib(a.checkpointed_per_sample)} with checkpointing)"
         + (f"; not modelled: {', '.join(a.unmodelled)}" if a.unmodelled else ""),
     ]
+    if a.per_class:
+        lines.append(
+            "per block and sample: "
+            + "; ".join(
+                f"{name} × {n}: {size(most)} ({size(kept)} kept with checkpointing)"
+                for name, n, most, kept in a.per_class
+            )
+        )
     return "\n".join(lines)
 
 
