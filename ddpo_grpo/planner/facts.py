@@ -77,6 +77,14 @@ def _targeted(name: str, targets) -> bool:
     return any(name == t or name.endswith("." + t) for t in targets)
 
 
+def _trainable(block: torch.nn.Module, targets, rank: int, lora: bool) -> int:
+    """Trainable elements of one block: r·(in + out) per targeted linear layer (LoRA), or all its parameters."""
+    if not lora:
+        return sum(p.numel() for p in block.parameters())
+    linears = (m for n, m in block.named_modules() if isinstance(m, torch.nn.Linear) and _targeted(n, targets))
+    return rank * sum(m.in_features + m.out_features for m in linears)
+
+
 def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
     import json
     from pathlib import Path
@@ -122,19 +130,7 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
     _cast(denoiser, compute)  # on meta: the blocks' linear layers then compute (and keep their inputs) in that dtype
     acts = activations.count(blocks, denoiser.config, geo.image_tokens, geo.text_tokens, compute)
     sizes = [meta.numel(b) for b in blocks] or [0]
-    trainable_sizes = [
-        (
-            sum(
-                m.in_features + m.out_features
-                for n, m in b.named_modules()
-                if isinstance(m, torch.nn.Linear) and _targeted(n, targets)
-            )
-            * t.lora_rank
-        )
-        if t.use_lora
-        else sum(p.numel() for p in b.parameters())
-        for b in blocks
-    ] or [0]
+    trainable_sizes = [_trainable(b, targets, t.lora_rank, t.use_lora) for b in blocks] or [0]
     root = numel - sum(p.numel() for p in denoiser.parameters() if id(p) in block_ids)
     return ModelFacts(
         pipeline=pipeline,
