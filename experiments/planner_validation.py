@@ -14,7 +14,9 @@ high-water mark reset there through /proc/self/clear_refs). glibc's allocator is
 instead of staying in the heap. The planner's prediction is ``ddpo_grpo.planner.plan`` for the same config, its
 ``pretrained.model`` the configs written next to the run (no weights).
 
-Measured on 2 shared CPU cores, one point at a time (at most ~6 GB together); docs/scaling.md has the table.
+Points in fp32 (mixed_precision "no") and two under bf16 autocast (the frozen base cast to bf16). Measured on 2
+shared CPU cores, one point at a time (at most ~6 GB together); docs/scaling.md has the table,
+docs/experiments/2026-11-26-planner-validation.jsonl the rows (``--repredict FILE`` recomputes their predictions).
 """
 
 from __future__ import annotations
