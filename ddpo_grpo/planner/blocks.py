@@ -1,0 +1,88 @@
+"""The inputs of one denoiser block, as tensors on the meta device: what the planner runs a block's forward on to
+count the activations it keeps (``activations.py``).
+
+One builder per block class (the adapters' ``shard_blocks``), from the block's width d (heads × head dim of the
+denoiser's config) and the sample's tokens (``geometry.py``): the image (or video) stream [B, N_img, d], the text
+stream [B, N_txt, d] (already projected to d by the denoiser's context embedder), the time embedding and the
+rotary embedding in the layout each block takes. A block class without a builder is not modelled (the planner
+says so rather than guess).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _width(config) -> tuple[int, int, int]:
+    heads, head_dim = int(config["num_attention_heads"]), int(config["attention_head_dim"])
+    return heads, head_dim, heads * head_dim
+
+
+def _flux(config, b, n_img, n_txt, dtype, meta):
+    _, head_dim, d = _width(config)
+    rope = (torch.empty(n_img + n_txt, head_dim, **meta), torch.empty(n_img + n_txt, head_dim, **meta))
+    return dict(
+        hidden_states=torch.empty(b, n_img, d, dtype=dtype, **meta),
+        encoder_hidden_states=torch.empty(b, n_txt, d, dtype=dtype, **meta),
+        temb=torch.empty(b, d, dtype=dtype, **meta),
+        image_rotary_emb=rope,
+    )
+
+
+def _sd3(config, b, n_img, n_txt, dtype, meta):
+    _, _, d = _width(config)
+    return dict(
+        hidden_states=torch.empty(b, n_img, d, dtype=dtype, **meta),
+        encoder_hidden_states=torch.empty(
+            b, n_txt, int(config.get("caption_projection_dim") or d), dtype=dtype, **meta
+        ),
+        temb=torch.empty(b, d, dtype=dtype, **meta),
+    )
+
+
+def _qwen(config, b, n_img, n_txt, dtype, meta):
+    _, head_dim, d = _width(config)
+    freqs = (
+        torch.empty(n_img, head_dim // 2, dtype=torch.complex64, **meta),
+        torch.empty(n_txt, head_dim // 2, dtype=torch.complex64, **meta),
+    )
+    return dict(
+        hidden_states=torch.empty(b, n_img, d, dtype=dtype, **meta),
+        encoder_hidden_states=torch.empty(b, n_txt, d, dtype=dtype, **meta),
+        encoder_hidden_states_mask=None,
+        temb=torch.empty(b, d, dtype=dtype, **meta),
+        image_rotary_emb=freqs,
+    )
+
+
+def _wan(config, b, n_img, n_txt, dtype, meta):
+    _, head_dim, d = _width(config)
+    rope = (torch.empty(1, n_img, 1, head_dim, **meta), torch.empty(1, n_img, 1, head_dim, **meta))
+    return dict(
+        hidden_states=torch.empty(b, n_img, d, dtype=dtype, **meta),
+        encoder_hidden_states=torch.empty(b, n_txt, d, dtype=dtype, **meta),
+        temb=torch.empty(b, 6, d, dtype=dtype, **meta),
+        rotary_emb=rope,
+    )
+
+
+#: block class name -> builder(denoiser config, batch, image tokens, text tokens, dtype, meta kwargs) -> kwargs
+BUILDERS = {
+    "FluxTransformerBlock": _flux,
+    "FluxSingleTransformerBlock": _flux,
+    "JointTransformerBlock": _sd3,
+    "QwenImageTransformerBlock": _qwen,
+    "WanTransformerBlock": _wan,
+}
+
+
+def block_inputs(block, config, batch: int, image_tokens: int, text_tokens: int, dtype) -> dict | None:
+    """Keyword inputs of ``block`` on the meta device (streams requiring grad, as inside a trained denoiser), or None
+    when its class has no builder."""
+    builder = BUILDERS.get(type(block).__name__)
+    if builder is None:
+        return None
+    kwargs = builder(dict(config), batch, image_tokens, text_tokens, dtype, {"device": "meta"})
+    for name in ("hidden_states", "encoder_hidden_states"):
+        kwargs[name].requires_grad_(True)
+    return kwargs

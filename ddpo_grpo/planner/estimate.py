@@ -1,0 +1,161 @@
+"""The per-process memory of a training run, part by part (bytes), for one strategy and process count P.
+
+With T the trainable parameters (the LoRA factors, or the whole denoiser), kept in float32 (components.build_weights
+makes them so), W the denoiser's parameters and buffers, P the processes, b = train.batch_size:
+
+    weights      the denoiser: LoRA — the frozen base in the weight dtype (bf16 / fp16 under mixed precision, else
+                 fp32) + 4·T; full fine-tuning — 4 bytes per element (trainable weights are float32)
+    gradients    4·T
+    optimizer    AdamW 8·T (two moments), SGD with momentum 4·T, plain SGD 0
+    reference    train.beta > 0: none for LoRA with a "fixed" reference (the adapters switched off), else a float32
+                 copy of the trainable weights, 4·T (reference.py)
+    ema          train.ema: 4·T;  sampler: the lagging sampler (train.sampler_decay_rate > 0): 4·T
+    ddp buckets  DDP with P > 1: the all-reduce buckets, another 4·T (gradient_as_bucket_view off, accelerate's default)
+    fsdp         the weights, gradients, optimizer, reference, EMA and sampler rows ÷ P (fully_shard shards every
+                 parameter of the denoiser, frozen ones too, and the states made from sharded parameters are
+                 sharded); "gathered" adds what is unsharded at a time: the root's own parameters and two blocks
+                 (the one computing and the one prefetched) in the compute dtype, or every parameter when
+                 reshard_after_forward is off; cpu_offload moves the sharded rows to host memory (0 here)
+    autocast     full fine-tuning under bf16/fp16 autocast without FSDP's mixed-precision policy: autocast keeps a
+                 16-bit copy of each trainable weight for the backward, 2·T
+    overlap      one backward pass per optimizer step (K trained steps × gradient_accumulation_steps = 1, K the
+                 trained transitions per sample, or forward_timesteps for the forward objectives): the gradients
+                 are set to None after each step (zero_grad(set_to_none=True)) and filled block by block as the
+                 backward frees the same blocks' activations, so the two never peak together: the peak holds
+                 max(activations, gradients), i.e. this row is −min(activations, gradients). With several
+                 backward passes per step the gradients of the first are alive during the next forward: no overlap
+    activations  the blocks' saved tensors for b samples (× 2 with CFG in the training forward: the conditional and
+                 unconditional halves run as one batch), counted on meta (activations.py); checkpointing keeps
+                 the blocks' inputs and one block's activations
+    store        the epoch's rollouts kept on the device: per sample (T_s + 1) latents in sample.store_dtype, the
+                 text condition (× 2 with CFG: the negative prompt's too) in the weight dtype, the decoded sample
+                 in float32; sample.batch_size × sample.num_batches_per_epoch samples per process
+    encoders     the text encoders and VAE in the weight dtype; with sample.offload_encoders they are on the device
+                 only while encoding / decoding (0 in the training phase, which is then compared with the encoding
+                 phase: weights + states + store + encoders)
+
+Not counted: the activations outside the blocks (embedders, final layer, the loss: ≪ one block's), the allocator's
+fragmentation and the CUDA context (≈ 0.5–1 GiB per GPU: keep that margin), temporary copies while swapping the
+reference or EMA in (one block's worth under FSDP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB = 2**30
+OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # float32 states per trainable element (sgd: with momentum)
+
+
+@dataclass
+class Estimate:
+    """Bytes per process by part (``parts``, the training phase), and what the planner derived them from."""
+
+    strategy: str
+    processes: int
+    parts: dict = field(default_factory=dict)
+    encoding_phase: int = 0  # with offloaded encoders: the peak while they encode (else 0)
+    per_sample_activation: int = 0  # the activations row's increase per train sample (CFG included)
+    notes: list = field(default_factory=list)
+
+    batch: int = 1  # the train.batch_size of ``parts``
+    overlap: bool = False  # one backward per optimizer step (the "overlap" row)
+
+    @property
+    def training_phase(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def peak(self) -> int:
+        return max(self.training_phase, self.encoding_phase)
+
+    def peak_for(self, batch: int) -> int:
+        """The peak with train.batch_size = ``batch`` (the other parts as they are)."""
+        rest = sum(v for k, v in self.parts.items() if k not in ("activations", "overlap"))
+        act = self.parts.get("activations", 0) + (batch - self.batch) * self.per_sample_activation
+        overlap = -min(act, self.parts.get("gradients", 0)) if self.overlap else 0
+        return max(rest + act + overlap, self.encoding_phase)
+
+    def largest_batch(self, memory: int) -> int:
+        """The largest train.batch_size whose peak fits ``memory`` bytes (0 when even one sample does not fit)."""
+        if not self.per_sample_activation or self.peak_for(1) > memory:
+            return 0
+        lo, hi = 1, 2
+        while self.peak_for(hi) <= memory and hi < 2**20:
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:  # peak_for(lo) fits, peak_for(hi) does not
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.peak_for(mid) <= memory else (lo, mid)
+        return lo
+
+
+def estimate(model, config, processes: int, strategy: str) -> Estimate:
+    """The parts for ``model`` (``plan.ModelFacts``) under ``config`` with ``processes`` processes and ``strategy``."""
+    t, s, d = config.train, config.sample, config.distributed
+    p = max(int(processes), 1)
+    sharded = strategy == "fsdp" and p > 1
+    out = Estimate(strategy, p)
+    trainable = model.lora_numel if t.use_lora else model.denoiser_params
+    f32 = 4 * trainable
+    weights = model.denoiser_bytes_weight_dtype + f32 if t.use_lora else 4 * model.denoiser_numel
+    states = {
+        "weights": weights,
+        "gradients": f32,
+        "optimizer": OPTIMIZER_STATES.get(t.optimizer, 2) * f32 if (t.optimizer != "sgd" or t.sgd_momentum) else 0,
+        "reference": f32 if t.beta > 0 and not (t.use_lora and t.reference_update == "fixed") else 0,
+        "ema": f32 if t.ema else 0,
+        "sampler": f32 if t.sampler_decay_rate > 0 else 0,
+    }
+    if sharded:
+        offload = bool(d.cpu_offload)
+        for k in states:
+            states[k] = 0 if offload else -(-states[k] // p)
+        if offload:
+            out.notes.append("distributed.cpu_offload: the sharded weights and states live in host memory")
+    out.parts.update(states)
+    if strategy == "ddp" and p > 1:
+        out.parts["ddp buckets"] = f32
+    if sharded:
+        compute = model.compute_itemsize
+        gathered = model.denoiser_numel if not d.reshard_after_forward else model.root_numel + 2 * model.largest_block
+        out.parts["fsdp gathered"] = gathered * compute + 4 * model.largest_block_trainable
+    elif not t.use_lora and config.mixed_precision in ("bf16", "fp16") and model.on_accelerator:
+        out.parts["autocast copies"] = 2 * trainable
+    cfg_train = t.objective == "grpo" and t.cfg and s.guidance_scale > 1
+    factor = 2 if cfg_train else 1
+    act = model.activations
+    out.per_sample_activation = factor * (act.checkpointed_per_sample if t.gradient_checkpointing else act.per_sample)
+    out.parts["activations"] = act.fixed + t.batch_size * out.per_sample_activation
+    out.batch = int(t.batch_size)
+    out.overlap = backward_passes(config) == 1
+    if out.overlap:
+        out.parts["overlap"] = -min(out.parts["activations"], out.parts["gradients"])
+    per_sample_store = (
+        (s.num_steps + 1) * model.latent_numel * model.store_itemsize
+        + (2 if s.guidance_scale > 1 else 1) * model.text_tokens * model.text_width * model.weight_itemsize
+        + 4 * model.sample_numel
+    )
+    out.parts["store"] = s.batch_size * s.num_batches_per_epoch * per_sample_store
+    if s.offload_encoders:
+        out.parts["encoders"] = 0
+        out.encoding_phase = sum(
+            v for k, v in out.parts.items() if k not in ("activations", "gradients", "ddp buckets")
+        )
+        out.encoding_phase += model.encoder_bytes
+    else:
+        out.parts["encoders"] = model.encoder_bytes
+    return out
+
+
+def backward_passes(config) -> int:
+    """Backward passes per optimizer step: trained transitions per sample K (grpo: ⌈timestep_fraction · S⌉ of the S
+    stochastic steps, S = sde_window_size or num_steps; forward objectives: forward_timesteps) × accumulation."""
+    import math
+
+    t, s = config.train, config.sample
+    if t.objective == "grpo":
+        stochastic = s.sde_window_size if s.sde_window_size > 0 else s.num_steps
+        k = max(1, math.ceil(t.timestep_fraction * stochastic))
+    else:
+        k = max(1, int(t.forward_timesteps))
+    return k * max(1, int(t.gradient_accumulation_steps))

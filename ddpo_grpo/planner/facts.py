@@ -1,0 +1,158 @@
+"""What the estimate needs to know about a model, read off its modules built on the meta device.
+
+``model_facts(directory, config, accelerator)`` builds every component with weights (``meta.py``), finds the
+denoiser's blocks (the adapter's ``shard_blocks``, or ``distributed.shard_blocks``), marks the parameters the run
+trains — every one for full fine-tuning; for LoRA the weights of the targeted linear layers, which makes autograd
+keep exactly what a LoRA adapter on them keeps (the layer's input, for the factor A; the r-wide A output is not
+counted) — and counts the blocks' activations (``activations.py``). LoRA parameters: r·(in + out) per targeted
+``nn.Linear`` (peft's rule: a module whose name is a target or ends with "." + target).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ddpo_grpo.planner import activations, meta, sources
+from ddpo_grpo.planner.geometry import geometry
+
+DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+STORE = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass
+class ModelFacts:
+    pipeline: str
+    denoiser_class: str
+    denoiser_numel: int  # parameters + buffers
+    denoiser_params: int
+    denoiser_bytes_weight_dtype: int
+    lora_numel: int
+    root_numel: int  # denoiser elements outside the blocks
+    largest_block: int  # elements of the largest block
+    largest_block_trainable: int
+    num_blocks: int
+    compute_itemsize: int
+    weight_itemsize: int
+    store_itemsize: int
+    on_accelerator: bool
+    activations: activations.Activations
+    latent_numel: int
+    sample_numel: int
+    text_tokens: int
+    text_width: int
+    image_tokens: int
+    encoder_bytes: int
+    encoders: dict  # name -> (class, elements)
+
+
+def _adapter_defaults(pipeline_class: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(shard_blocks, default_lora_targets) of the family's adapter, or empty tuples."""
+    from ddpo_grpo.policies import ADAPTERS
+
+    target = ADAPTERS.get(pipeline_class)
+    if target is None:
+        return (), ()
+    import importlib
+
+    module, name = target.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    return tuple(getattr(cls, "shard_blocks", ())), tuple(getattr(cls, "default_lora_targets", ()))
+
+
+def _cast(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """``module.to(dtype)`` without diffusers' advice on keeping some modules in float32 (meta tensors, no weights)."""
+    from diffusers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        module.to(dtype)
+    finally:
+        logging.set_verbosity(level)
+
+
+def _targeted(name: str, targets) -> bool:
+    return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def _trainable(block: torch.nn.Module, targets, rank: int, lora: bool) -> int:
+    """Trainable elements of one block: r·(in + out) per targeted linear layer (LoRA), or all its parameters."""
+    if not lora:
+        return sum(p.numel() for p in block.parameters())
+    linears = (m for n, m in block.named_modules() if isinstance(m, torch.nn.Linear) and _targeted(n, targets))
+    return rank * sum(m.in_features + m.out_features for m in linears)
+
+
+def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
+    import json
+    from pathlib import Path
+
+    from ddpo_grpo.sharding import blocks_of
+
+    directory = Path(directory)
+    index = json.loads((directory / "model_index.json").read_text())
+    pipeline = index.get("_class_name", "")
+    shard_blocks, lora_defaults = _adapter_defaults(pipeline)
+    shard_blocks = tuple(config.distributed.shard_blocks) or shard_blocks
+    t = config.train
+    weight_dtype = DTYPES[config.mixed_precision]
+    comps = sources.components(directory)
+    names = [c[0] for c in comps]
+    denoiser_name = "transformer" if "transformer" in names else "unet"
+    encoders, encoder_bytes = {}, 0
+    denoiser = None
+    for name, library, cls in comps:
+        module = meta.build(directory, name, library, cls)
+        if name == denoiser_name:
+            denoiser = module
+            continue
+        encoders[name] = (cls, meta.numel(module))
+        encoder_bytes += meta.nbytes(module, weight_dtype)
+        del module
+    if denoiser is None:
+        raise sources.ConfigError(f"{directory}: no transformer or unet in model_index.json")
+    blocks = blocks_of(denoiser, shard_blocks) if shard_blocks else []
+    block_ids = {id(p) for b in blocks for p in b.parameters()}
+    targets = tuple(t.lora_target_modules) or lora_defaults
+    lora = 0
+    denoiser.requires_grad_(not t.use_lora)
+    if t.use_lora:
+        for name, module in denoiser.named_modules():
+            if isinstance(module, torch.nn.Linear) and _targeted(name, targets):
+                lora += t.lora_rank * (module.in_features + module.out_features)
+                module.weight.requires_grad_(True)
+    numel = meta.numel(denoiser)
+    geo = geometry(directory, config.sample)
+    compute = weight_dtype  # the dtype the blocks compute in (autocast / FSDP's bf16 policy; fp32 without)
+    weights_bytes = meta.nbytes(denoiser, weight_dtype)
+    _cast(denoiser, compute)  # on meta: the blocks' linear layers then compute (and keep their inputs) in that dtype
+    acts = activations.count(blocks, denoiser.config, geo.image_tokens, geo.text_tokens, compute)
+    sizes = [meta.numel(b) for b in blocks] or [0]
+    trainable_sizes = [_trainable(b, targets, t.lora_rank, t.use_lora) for b in blocks] or [0]
+    root = numel - sum(p.numel() for p in denoiser.parameters() if id(p) in block_ids)
+    return ModelFacts(
+        pipeline=pipeline,
+        denoiser_class=type(denoiser).__name__,
+        denoiser_numel=numel,
+        denoiser_params=sum(p.numel() for p in denoiser.parameters()),
+        denoiser_bytes_weight_dtype=weights_bytes,
+        lora_numel=lora,
+        root_numel=root,
+        largest_block=max(sizes),
+        largest_block_trainable=max(trainable_sizes),
+        num_blocks=len(blocks),
+        compute_itemsize=compute.itemsize,
+        weight_itemsize=weight_dtype.itemsize,
+        store_itemsize=STORE[config.sample.store_dtype],
+        on_accelerator=accelerator,
+        activations=acts,
+        latent_numel=geo.latent_numel,
+        sample_numel=geo.sample_numel,
+        text_tokens=geo.text_tokens,
+        text_width=geo.text_width,
+        image_tokens=geo.image_tokens,
+        encoder_bytes=encoder_bytes,
+        encoders=encoders,
+    )

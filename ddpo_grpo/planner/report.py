@@ -1,0 +1,100 @@
+"""How a plan is printed: a table of the parts per strategy, and the one-line summary train.py prints at start-up."""
+
+from __future__ import annotations
+
+from ddpo_grpo.planner.estimate import GIB
+
+ORDER = (
+    "weights",
+    "gradients",
+    "optimizer",
+    "reference",
+    "ema",
+    "sampler",
+    "ddp buckets",
+    "fsdp gathered",
+    "autocast copies",
+    "activations",
+    "overlap",
+    "store",
+    "encoders",
+)
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def size(n: int) -> str:
+    """``12.34 GiB``, or ``56.7 MiB`` below 1 GiB (the tiny models)."""
+    return f"{n / GIB:.2f} GiB" if abs(n) >= GIB else f"{n / 2**20:.1f} MiB"
+
+
+def largest(plan, estimate) -> str:
+    """The largest train.batch_size that fits, or "?" when some block's activations are not modelled."""
+    if plan.facts.activations.unmodelled or not plan.facts.num_blocks:
+        return "? (activations not modelled)"
+    return str(estimate.largest_batch(plan.memory))
+
+
+def table(plan) -> str:
+    """Markdown table: one row per part, one column per strategy, then the peak and the largest train batch."""
+    ests = plan.estimates
+    head = [f"{e.strategy} × {e.processes}" for e in ests]
+    lines = ["| part (GiB per process) | " + " | ".join(head) + " |", "|---" * (len(ests) + 1) + "|"]
+    for part in ORDER:
+        if any(e.parts.get(part) for e in ests):
+            lines.append(f"| {part} | " + " | ".join(gib(e.parts.get(part, 0)) for e in ests) + " |")
+    if any(e.encoding_phase for e in ests):
+        lines.append(
+            "| encoding phase (offloaded encoders) | " + " | ".join(gib(e.encoding_phase) for e in ests) + " |"
+        )
+    lines.append("| **peak** | " + " | ".join(f"**{gib(e.peak)}**" for e in ests) + " |")
+    lines.append(
+        f"| fits {plan.memory / GIB:.0f} GiB | "
+        + " | ".join("yes" if e.peak <= plan.memory else "no" for e in ests)
+        + " |"
+    )
+    lines.append("| largest train.batch_size | " + " | ".join(largest(plan, e) for e in ests) + " |")
+    return "\n".join(lines)
+
+
+def header(plan) -> str:
+    f = plan.facts
+    a = f.activations
+    lines = [
+        f"model: {plan.model} ({f.pipeline}; {f.denoiser_class} {f.denoiser_numel / 1e9:.3f} B elements, "
+        f"{f.num_blocks} blocks; encoders and VAE {sum(n for _, n in f.encoders.values()) / 1e9:.3f} B)",
+        f"sample: {f.image_tokens} image (or video) + {f.text_tokens} text tokens; train.batch_size {plan.batch}; "
+        f"trainable {'LoRA ' + format(f.lora_numel, ',') if plan.lora else 'all ' + format(f.denoiser_params, ',')}",
+        f"activations per sample: {gib(a.per_sample)} GiB ({gib(a.checkpointed_per_sample)} with checkpointing)"
+        + (f"; not modelled: {', '.join(a.unmodelled)}" if a.unmodelled else ""),
+    ]
+    if a.per_class:
+        lines.append(
+            "per block and sample: "
+            + "; ".join(
+                f"{name} × {n}: {size(most)} ({size(kept)} kept with checkpointing)"
+                for name, n, most, kept in a.per_class
+            )
+        )
+    return "\n".join(lines)
+
+
+def summary(plan, estimate) -> str:
+    """``memory plan (fsdp × 8, 80 GiB): peak 41.3 GiB per process = weights 2.9 + … ; largest train.batch_size 6``."""
+    parts = " ".join(f"{'−' if v < 0 else '+'} {k} {size(abs(v))}" for k in ORDER if (v := estimate.parts.get(k)))
+    if plan.facts.activations.unmodelled:
+        parts += f" (activations of {', '.join(plan.facts.activations.unmodelled)} not modelled)"
+    parts = parts[2:] if parts.startswith("+ ") else parts
+    fits = ""
+    if plan.memory:
+        fits = (
+            f"; {'fits' if estimate.peak <= plan.memory else 'does NOT fit'} {plan.memory / GIB:.0f} GiB, "
+            f"largest train.batch_size {largest(plan, estimate)}"
+        )
+    enc = f" (encoding phase {size(estimate.encoding_phase)})" if estimate.encoding_phase else ""
+    return (
+        f"memory plan ({estimate.strategy} × {estimate.processes}): peak {size(estimate.peak)} per process{enc} = "
+        f"{parts}{fits}"
+    )

@@ -1,0 +1,80 @@
+"""The memory planner's tables for each family's recipe on 1, 8 and 16 GPUs of 80 GiB (docs/scaling.md).
+
+    python experiments/planner_tables.py > tables.md
+
+One table per recipe: the parts per process (GiB) for ddp × 1, ddp × 8, fsdp × 8, ddp × 16, fsdp × 16 (fsdp × 1 is
+ddp × 1: nothing to shard), the peak, whether it fits 80 GiB, the largest train.batch_size that fits, and the same
+two with train.gradient_checkpointing. Each recipe is loaded under WORLD_SIZE = P as train.py would be (its
+per-process batch counts follow P); the model is built once on the meta device from the shipped configs. The same
+numbers per column: ``python scripts/plan.py --config <recipe> --gpus P --gpu-memory 80``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from ddpo_grpo.planner import GIB, Plan, estimate, model_dir, model_facts, report
+
+RECIPES = (
+    ("FLUX.1-dev, `config/flux.py:pickscore` (LoRA r 32, 512 px, bs 3, EMA)", "flux", "pickscore", {}),
+    (
+        "SD3.5-Medium, `config/sd3.py:pickscore` (LoRA r 32, 512 px, bs 9, CFG 4.5 in training, KL β 0.04)",
+        "sd3",
+        "pickscore",
+        {},
+    ),
+    ("Qwen-Image, `config/qwen_image.py:pickscore` (LoRA r 32, 512 px, bs 4, CFG 4)", "qwen_image", "pickscore", {}),
+    (
+        "Wan 2.1 T2V 14B, `config/wan.py:t2v --config.pretrained.model=Wan-AI/Wan2.1-T2V-14B-Diffusers` (LoRA r 32, "
+        "33 frames of 240², bs 8, CFG 4.5)",
+        "wan",
+        "t2v",
+        {"model": "Wan-AI/Wan2.1-T2V-14B-Diffusers"},
+    ),
+    ("Wan 2.1 T2V 1.3B, `config/wan.py:t2v` as shipped", "wan", "t2v", {}),
+)
+COLUMNS = (("ddp", 1), ("ddp", 8), ("fsdp", 8), ("ddp", 16), ("fsdp", 16))
+MEMORY = 80 * GIB
+
+
+def load(module: str, name: str, processes: int, overrides: dict):
+    os.environ["WORLD_SIZE"] = str(processes)
+    config = importlib.import_module(f"config.{module}").get_config(name)
+    if "model" in overrides:
+        config.pretrained.model = overrides["model"]
+    return config
+
+
+def table(title, module, name, overrides) -> str:
+    base = load(module, name, 1, overrides)
+    facts = model_facts(model_dir(base.pretrained.model), base)
+    ests, ckpts = [], []
+    for strategy, p in COLUMNS:
+        config = load(module, name, p, overrides)
+        ests.append(estimate(facts, config, p, strategy))
+        config.train.gradient_checkpointing = True
+        ckpts.append(estimate(facts, config, p, strategy))
+    plan = Plan(base.pretrained.model, facts, ests, MEMORY, int(base.train.batch_size), bool(base.train.use_lora))
+    lines = [f"**{title}**", "", *(f"- {line}" for line in report.header(plan).splitlines()), ""]
+    lines.append("| GiB per process | " + " | ".join(f"{s} × {p}" for s, p in COLUMNS) + " |")
+    lines.append("|---" * (len(COLUMNS) + 1) + "|")
+    for part in report.ORDER:
+        if any(e.parts.get(part) for e in ests):
+            lines.append(f"| {part} | " + " | ".join(report.gib(e.parts.get(part, 0)) for e in ests) + " |")
+    lines.append("| **peak** | " + " | ".join(f"**{report.gib(e.peak)}**" for e in ests) + " |")
+    lines.append("| fits 80 GiB | " + " | ".join("yes" if e.peak <= MEMORY else "no" for e in ests) + " |")
+    lines.append("| largest train.batch_size | " + " | ".join(report.largest(plan, e) for e in ests) + " |")
+    lines.append("| peak, checkpointing | " + " | ".join(report.gib(e.peak) for e in ckpts) + " |")
+    lines.append("| largest batch, checkpointing | " + " | ".join(report.largest(plan, e) for e in ckpts) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    for recipe in RECIPES:
+        print(table(*recipe))
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The memory planner (ddpo_grpo/planner, scripts/plan.py): sizes on meta equal the real ones, the parts add up and
+move the way the levers say, the shipped configs give the published model sizes, bad input is one line."""
+
+import pytest
+import torch
+
+from ddpo_grpo import planner
+from ddpo_grpo.planner import activations, blocks, meta, sources
+from ddpo_grpo.planner.estimate import GIB
+from tests.conftest import load_script
+
+#: published sizes (elements of the transformer's parameters and persistent buffers; the model cards' figures, to the
+#: digit the checkpoints' bf16 byte totals give): FLUX.1-dev 11.9 B, SD3.5-Medium 2.5 B (2.24 B parameters and the
+#: 0.23 B positional-embedding buffer), Qwen-Image 20.4 B, Wan 2.1 T2V 14B 14.3 B
+PUBLISHED = {"flux1-dev": 11.9e9, "sd3.5-medium": 2.5e9, "qwen-image": 20.4e9, "wan2.1-t2v-14b": 14.3e9}
+
+
+@pytest.fixture(scope="module")
+def tiny_flux(tmp_path_factory):
+    from ddpo_grpo.tiny import BUILDERS
+
+    path = tmp_path_factory.mktemp("plan") / "flux"
+    BUILDERS["flux"](path)
+    return path
+
+
+def _config(**train):
+    from config.flux import tiny
+
+    c = tiny()
+    for k, v in train.items():
+        setattr(c.train, k, v)
+    return c
+
+
+def _plan(path, processes=2, **train):
+    return planner.plan(_config(**train), processes, 1.0, model=str(path), accelerator=False)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_shipped_configs_give_the_published_sizes(name):
+    directory = sources.model_dir(name)
+    comps = {n: (lib, cls) for n, lib, cls in sources.components(directory)}
+    model = meta.build(directory, "transformer", *comps["transformer"])
+    assert abs(meta.numel(model) - PUBLISHED[name]) / PUBLISHED[name] < 0.02
+    assert all(p.device.type == "meta" for p in model.parameters())
+
+
+def test_hub_ids_of_the_recipes_map_to_shipped_configs():
+    from config import flux, qwen_image, sd3, wan
+
+    for recipe in (flux.pickscore(), sd3.get_config("pickscore"), qwen_image.pickscore(), wan.t2v()):
+        assert (sources.model_dir(recipe.pretrained.model) / "model_index.json").is_file()
+
+
+def test_meta_weights_equal_the_real_bytes(tiny_flux):
+    from diffusers import FluxTransformer2DModel
+    from transformers import T5EncoderModel
+
+    for name, cls in (("transformer", FluxTransformer2DModel), ("text_encoder_2", T5EncoderModel)):
+        real = cls.from_pretrained(tiny_flux / name)
+        state = list(real.parameters()) + list(real.buffers())
+        built = meta.build(tiny_flux, name, cls.__module__.split(".")[0], cls.__name__)
+        assert meta.nbytes(built) == sum(t.numel() * t.element_size() for t in state)
+        assert meta.nbytes(built, torch.bfloat16) == sum(
+            t.numel() * (2 if t.is_floating_point() else t.element_size()) for t in state
+        )
+
+
+def test_block_count_on_meta_equals_the_real_saved_tensors(tiny_flux):
+    """The meta count of a block's saved tensors equals autograd's real ones on CPU (fp32, the flash kernel)."""
+    from diffusers import FluxTransformer2DModel
+
+    real = FluxTransformer2DModel.from_pretrained(tiny_flux / "transformer")
+    on_meta = meta.build(tiny_flux, "transformer", "diffusers", "FluxTransformer2DModel")
+    for block_real, block_meta in (
+        (real.transformer_blocks[0], on_meta.transformer_blocks[0]),
+        (real.single_transformer_blocks[0], on_meta.single_transformer_blocks[0]),
+    ):
+        inputs = blocks.block_inputs(block_meta, on_meta.config, 2, 64, 24, torch.float32)
+        counted = activations.saved_bytes(block_meta, inputs)
+        real_inputs = {
+            k: (
+                tuple(torch.randn(x.shape) for x in v)
+                if isinstance(v, tuple)
+                else torch.randn(v.shape, requires_grad=v.requires_grad)
+            )
+            for k, v in inputs.items()
+        }
+        weights = {t.untyped_storage().data_ptr() for t in block_real.parameters()}
+        seen = {}
+
+        def pack(t, weights=weights, seen=seen):
+            if t.untyped_storage().data_ptr() not in weights:
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            block_real(**real_inputs)
+        assert counted == sum(seen.values())
+
+
+def test_parts_add_up_and_fsdp_divides_by_the_processes(tiny_flux):
+    p = _plan(tiny_flux, processes=4, use_lora=False, optimizer="adamw", ema=True, beta=0.1)
+    ddp, fsdp = p.estimate("ddp"), p.estimate("fsdp")
+    for e in (ddp, fsdp):
+        assert e.peak == e.training_phase == sum(e.parts.values())
+    for part in ("weights", "gradients", "optimizer", "reference", "ema"):
+        assert ddp.parts[part] > 0
+        assert fsdp.parts[part] == -(-ddp.parts[part] // 4)
+    assert ddp.parts["optimizer"] == 2 * ddp.parts["gradients"] == 2 * ddp.parts["ema"]
+    assert fsdp.parts["fsdp gathered"] > 0 and "ddp buckets" not in fsdp.parts
+    assert ddp.parts["ddp buckets"] == ddp.parts["gradients"]
+
+
+def test_lora_reference_is_free_and_checkpointing_lowers_activations(tiny_flux):
+    lora = _plan(tiny_flux, beta=0.1).estimate("ddp")
+    assert lora.parts["reference"] == 0
+    plain = _plan(tiny_flux, batch_size=4).estimate("ddp")
+    ckpt = _plan(tiny_flux, batch_size=4, gradient_checkpointing=True).estimate("ddp")
+    assert 0 < ckpt.parts["activations"] < plain.parts["activations"]
+    assert ckpt.parts["weights"] == plain.parts["weights"]
+
+
+def test_largest_batch_grows_with_memory_and_fits(tiny_flux):
+    e = _plan(tiny_flux, batch_size=1).estimate("ddp")
+    memories = [int(m * e.peak) for m in (0.5, 1.0, 2.0, 4.0, 8.0)]
+    sizes = [e.largest_batch(m) for m in memories]
+    assert sizes == sorted(sizes) and sizes[0] == 0 and sizes[1] >= 1 and sizes[-1] > sizes[1]
+    for m, b in zip(memories[1:], sizes[1:]):
+        assert e.peak_for(b) <= m < e.peak_for(b + 1)
+    bigger = _plan(tiny_flux, batch_size=sizes[3]).estimate("ddp")
+    assert bigger.peak == e.peak_for(sizes[3])
+
+
+def test_one_backward_per_step_overlaps_gradients_and_activations(tiny_flux):
+    """Gradients fill as the backward frees activations: with one backward per optimizer step the peak holds the
+    larger of the two, with several (trained steps × accumulation) both."""
+    one = _plan(tiny_flux, use_lora=False, timestep_fraction=0.25).estimate("ddp")  # 1 of 4 steps trained
+    many = _plan(tiny_flux, use_lora=False).estimate("ddp")  # 4 trained steps: 4 backward passes
+    assert one.overlap and not many.overlap and "overlap" not in many.parts
+    assert one.parts["overlap"] == -min(one.parts["activations"], one.parts["gradients"])
+    assert one.peak == many.peak - min(many.parts["activations"], many.parts["gradients"])
+
+
+def test_plan_script_on_a_shipped_recipe(capsys):
+    plan = load_script("plan")
+    assert plan.main(["plan.py", "--config", "config/wan.py:t2v", "--gpus", "8", "--gpu-memory", "80"]) == 0
+    out = capsys.readouterr().out
+    assert "| **peak** |" in out and "memory plan (fsdp × 8)" in out and "Wan" in out
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--config", "config/nope.py:x"], "no such file"),
+        (["--config", "config/wan.py:t2v", "--gpus", "0"], "--gpus 0"),
+        (["--config", "config/wan.py:t2v", "--gpu-memory", "-8"], "--gpu-memory -8"),
+        (["--config", "config/wan.py:t2v", "--config.pretrained.model=nowhere/at-all"], "pretrained.model="),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, args, needle):
+    plan = load_script("plan")
+    assert plan.main(["plan.py", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+
+
+def test_gib_constant():
+    assert GIB == 1024**3
+
+
+def test_train_prints_the_plan_line_and_never_fails_on_it(tmp_path, capsys, monkeypatch):
+    from ddpo_grpo.trainer import Trainer
+
+    c = _config()
+    c.logdir, c.run_name, c.num_epochs = str(tmp_path), "plan", 1
+    Trainer(c)
+    assert "memory plan (ddp × 1): peak " in capsys.readouterr().out
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a planner bug")
+
+    monkeypatch.setattr(planner, "plan", broken)
+    c.run_name = "plan2"
+    Trainer(c)
+    assert "memory plan" not in capsys.readouterr().out
+    assert planner.startup_line(c, 1, "nowhere/at-all") is None
+
+
+def test_unmodelled_blocks_are_said_not_guessed(tmp_path):
+    from config.base import get_config
+    from ddpo_grpo.tiny import BUILDERS
+
+    BUILDERS["sd"](tmp_path / "sd")
+    c = get_config()
+    c.sample.resolution = 32
+    line = planner.startup_line(c, 1, str(tmp_path / "sd"), 80 * GIB)
+    assert "UNetMidBlock2DCrossAttn" in line and "not modelled" in line and "largest train.batch_size ?" in line
+
+
+def test_bf16_counts_autocast_halves_and_fp32_islands(tiny_flux):
+    """Under bf16 the matrix products keep 16-bit inputs and the norms / softmax fp32 ones: between half the fp32
+    count and all of it."""
+    fp32 = _plan(tiny_flux).facts.activations.per_sample
+    c = _config()
+    c.mixed_precision = "bf16"
+    bf16 = planner.plan(c, 1, 1.0, model=str(tiny_flux), accelerator=False).facts.activations.per_sample
+    assert fp32 / 2 < bf16 < fp32
