@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ddpo_grpo import components, console, distributed
+from ddpo_grpo import components, console, distributed, planner
 from ddpo_grpo.advantages import group_means
 from ddpo_grpo.checkpoint import RunState, final_manifest
 from ddpo_grpo.epoch import Epoch
@@ -104,22 +104,10 @@ class Trainer:
             self.run_dir, self.model_path, self.policy, self.totals, num_params, config.expected_minutes
         ):
             self.log(line)
-        if self.main:  # the memory planner's line (ddpo_grpo/planner; skipped when the model cannot be planned)
-            self.log_plan()
+        plan = planner.startup_line(config, self.acc.num_processes, self.model_path, self.acc.device, self.main)
+        if plan:  # the memory planner's line (ddpo_grpo/planner; None on other processes or when it cannot plan)
+            self.log(plan)
         self.progress = console.progress(self.main and config.logging.progress)
-
-    def log_plan(self) -> None:
-        """The memory plan of this run (strategy, processes, the device's memory) in one line, as scripts/plan.py."""
-        from ddpo_grpo import planner
-
-        try:
-            cuda = torch.cuda.is_available() and self.acc.device.type == "cuda"
-            memory = torch.cuda.get_device_properties(self.acc.device).total_memory if cuda else 0
-        except Exception:  # noqa: BLE001  (advice only: never fails a run)
-            return
-        line = planner.startup_line(self.config, self.acc.num_processes, self.model_path, memory, accelerator=cuda)
-        if line:
-            self.log(line)
 
     def log(self, line: str) -> None:
         if self.acc.is_main_process:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from ddpo_grpo.planner.estimate import GIB, Estimate, estimate
 from ddpo_grpo.planner.facts import ModelFacts, model_facts
 from ddpo_grpo.planner.sources import model_dir
@@ -51,11 +53,16 @@ def plan(config, processes: int = 1, memory_gib: float = 80.0, *, model: str | N
     return Plan(spec, facts, ests, int(memory_gib * GIB), int(config.train.batch_size), bool(config.train.use_lora))
 
 
-def startup_line(config, processes: int, model: str, memory_bytes: int = 0, accelerator: bool = False) -> str | None:
-    """The plan's one-line summary for the run's own strategy (what train.py prints at start-up), or None when the
-    model cannot be planned (a factory file, a hub id without shipped configs, anything unexpected): the planner
-    never fails a run."""
+def startup_line(config, processes: int, model: str, device=None, main: bool = True) -> str | None:
+    """The plan's one-line summary for the run's own strategy on ``device`` (what train.py prints at start-up), or
+    None when the model cannot be planned (a factory file, a hub id without shipped configs, anything unexpected):
+    the planner never fails a run. A CUDA device contributes its total memory (the largest batch that fits). Only
+    the main process plans (``main``): the others get None at no cost."""
+    if not main:
+        return None
     try:
+        accelerator = device is not None and torch.device(device).type == "cuda"
+        memory_bytes = torch.cuda.get_device_properties(device).total_memory if accelerator else 0
         p = plan(config, processes, memory_bytes / GIB, model=model, accelerator=accelerator)
         from ddpo_grpo.planner.report import summary
 
