@@ -193,5 +193,6 @@ def test_zero_advantage_samples_are_skipped_without_changing_the_gradient(tmp_pa
     full, none_skipped = grads(False)
     skipped, count = grads(True)
     assert none_skipped == 0 and count == 4
-    for name in full:
-        torch.testing.assert_close(skipped[name], full[name], rtol=1e-5, atol=1e-9)
+    for name in full:  # the same sum over fewer terms: equal up to float reordering, relative to the gradient's scale
+        scale = full[name].abs().max().item()
+        torch.testing.assert_close(skipped[name], full[name], rtol=1e-5, atol=1e-5 * scale)
