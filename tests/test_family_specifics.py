@@ -151,7 +151,11 @@ def test_attention_backend_is_selected_or_refused(built):
         str(m.processor._attention_backend) for m in pipe.transformer.modules() if hasattr(m, "processor")
     }  # noqa: E731
     assert backends() == {"None"}
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    default = _AttentionBackendRegistry.get_active_backend()[0]
     build_policy(pipe, resolution=32, attention_backend="_native_math")
     assert backends() == {"AttentionBackendName._NATIVE_MATH"}
+    assert _AttentionBackendRegistry.get_active_backend()[0] == default  # the process default is left alone
     with pytest.raises(ValueError, match=r"sample.attention_backend='no_such_backend'"):
         build_policy(pipe, resolution=32, attention_backend="no_such_backend")

@@ -143,7 +143,19 @@ def test_trajectory_matches_commit_ee0f2bd_with_evaluations(arch, tmp_path):
         "ema": _fingerprint({k: e.shadow for k, e in trainer.ema.items()}),
         "scaling_factor": trainer.recipe.latent_stats["scaling_factor"],
     }
-    assert got == old
+    # equal up to the float rounding of another CPU's kernels (the recording machine matched it bit for bit;
+    # another measured 4e-5 relative on the VAE's norm), far below what a changed recipe or random stream moves
+    assert _flat(got).keys() == _flat(old).keys()
+    assert _flat(got) == pytest.approx(_flat(old), rel=2e-4)
+
+
+def _flat(tree, prefix="") -> dict:
+    """{"models/vae/0": 247.7, ...}: a nested dict of numbers and lists as one flat dict."""
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}/").items()}
+    if isinstance(tree, list):
+        return {k: v for i, sub in enumerate(tree) for k, v in _flat(sub, f"{prefix}{i}/").items()}
+    return {prefix.rstrip("/"): tree}
 
 
 def test_ema_warmup_schedule():

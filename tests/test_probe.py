@@ -68,7 +68,7 @@ def test_probe_moves_with_training_and_reports_a_standard_error(tmp_path, tiny_d
     config = _config(
         tmp_path, tiny_dirs["sd3"], **{"train.learning_rate": 3e-2, "prompts.source": "simple", "eval.group_by": ""}
     )
-    config.reward.fns = {"jpeg_compressibility": 1.0}  # dense: a random model's judge score is flat 0
+    config.reward.fns = {"redness": 1.0}  # continuous: a random model's judge score is flat 0 and 6 JPEG sizes may tie
     config.reward.kwargs = {}
     Trainer(config).run()
     rows = _rows(config)
@@ -82,7 +82,9 @@ def test_probe_leaves_training_unchanged(tmp_path, tiny_dirs):
     runs = {}
     for freq in (0, 1):
         config = _config(tmp_path / str(freq), tiny_dirs["sd3"], **{"train.learning_rate": 3e-2, "probe.freq": freq})
-        config.reward.fns = {"jpeg_compressibility": 1.0}  # dense: a random model's judge score is flat 0
+        config.reward.fns = {
+            "redness": 1.0
+        }  # continuous: a random model's judge score is flat 0 and 6 JPEG sizes may tie
         config.reward.kwargs = {}
         Trainer(config).run()
         runs[freq] = [

@@ -140,17 +140,26 @@ class Policy:
 
     def set_attention_backend(self, backend: str) -> None:
         """``set_attention_backend(backend)`` on every denoiser module (diffusers' attention dispatcher); ValueError
-        naming ``sample.attention_backend`` when the model has no such switch or does not know the backend."""
-        for module in self.denoiser_modules():
-            if not hasattr(module, "set_attention_backend"):
-                raise ValueError(
-                    f"sample.attention_backend={backend!r}: {type(module).__name__} has no set_attention_backend; "
-                    "leave it empty for this family"
-                )
-            try:
-                module.set_attention_backend(backend)
-            except (ValueError, KeyError, RuntimeError, ImportError) as exc:
-                raise ValueError(f"sample.attention_backend={backend!r}: {exc}") from exc
+        naming ``sample.attention_backend`` when the model has no such switch or does not know the backend.
+
+        diffusers also makes the backend the whole process's default; this policy's processors hold it explicitly,
+        so the process default is put back and other models in the process keep theirs."""
+        from diffusers.models.attention_dispatch import _AttentionBackendRegistry as registry
+
+        previous = registry.get_active_backend()[0]
+        try:
+            for module in self.denoiser_modules():
+                if not hasattr(module, "set_attention_backend"):
+                    raise ValueError(
+                        f"sample.attention_backend={backend!r}: {type(module).__name__} has no "
+                        "set_attention_backend; leave it empty for this family"
+                    )
+                try:
+                    module.set_attention_backend(backend)
+                except (ValueError, KeyError, RuntimeError, ImportError) as exc:
+                    raise ValueError(f"sample.attention_backend={backend!r}: {exc}") from exc
+        finally:
+            registry.set_active_backend(previous)
 
     # ---- kernel -------------------------------------------------------------------------------
     def default_kernel(self) -> str:
