@@ -152,6 +152,9 @@ def sd_nft():
     config = _sized(_sd(), epochs=12, images_per_epoch=256, eval_freq=12)
     config.train.batch_size = min(config.train.batch_size, 64 // num_processes())
     set_forward_objective(config, images_per_step=64, inner_epochs=2)
+    # held out by the world judge (headline eval/*) and by the detector that shares no code with it (eval.shapes_detector/*)
+    config.eval.reward = "shapes,shapes_detector"
+    config.eval.reward_kwargs = {"shapes": {"score": "strict"}, "shapes_detector": {"score": "strict"}}
     config.probe.freq = 4
     config.expected_minutes = 10.0
     return config

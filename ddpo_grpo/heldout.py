@@ -45,8 +45,8 @@ def scorer_names(spec: str) -> list[str]:
 
 def scorer_kwargs(names: list[str], kwargs: dict) -> dict[str, dict]:
     """name -> factory kwargs: ``eval.reward_kwargs`` is one scorer's kwargs, or (several scorers) a dict keyed by
-    the scorers' names; ValueError naming the field otherwise."""
-    kwargs = dict(kwargs)
+    the scorers' names (a config's nested ConfigDicts read as dicts); ValueError naming the field otherwise."""
+    kwargs = {k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in dict(kwargs).items()}
     if len(names) == 1 and not (set(kwargs) <= set(names) and kwargs):
         return {names[0]: kwargs}
     if not set(kwargs) <= set(names) or not all(isinstance(v, dict) for v in kwargs.values()):
