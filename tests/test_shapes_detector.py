@@ -134,3 +134,20 @@ def test_shares_no_code_with_the_judge():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_training_is_reproducible_from_its_seed():
+    """The same seed gives the same examples and the same weights (the shipped ones come from seed 0 at full size)."""
+    import torch
+
+    from worlds.shapes.detector.net import state_to_arrays
+    from worlds.shapes.detector.train import examples, fit
+
+    torch.set_num_threads(1)
+    runs = []
+    for _ in range(2):
+        x, y = examples(30, np.random.default_rng(0))
+        runs.append((x, y, state_to_arrays(fit(x, y, epochs=1, seed=0, log=lambda _: None))))
+    (x0, y0, w0), (x1, y1, w1) = runs
+    assert np.array_equal(x0, x1) and np.array_equal(y0, y1) and len(set(y0.tolist())) >= 3
+    assert all(np.array_equal(w0[k], w1[k]) for k in w0)
