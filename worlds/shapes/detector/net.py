@@ -8,7 +8,7 @@ the world's 64-px scale, so the network sees absolute size too (spec objects are
 Output: logits over :data:`CLASSES` — the three spec shapes and ``"other"`` (anything that is not a spec
 shape: a trapezoid or pinched "square", a lumpy "circle", a skewed triangle, a shape of the wrong size, ...).
 
-Architecture (about 60k parameters, 0.24 MB as float32): conv 3×3 (1→16) ReLU, max-pool 2 → conv 3×3
+Architecture (114,724 parameters, 0.46 MB as float32): conv 3×3 (1→16) ReLU, max-pool 2 → conv 3×3
 (16→32) ReLU, max-pool 2 → conv 3×3 (32→32) ReLU → flatten (32·7·7) → linear 64 ReLU → linear 4.
 The shipped weights (``worlds/shapes/models/detector/detector.npz``, plain arrays, no pickle) are
 reproduced by ``python -m worlds.shapes.detector.train`` from its seed.
