@@ -151,3 +151,13 @@ def test_training_is_reproducible_from_its_seed():
     (x0, y0, w0), (x1, y1, w1) = runs
     assert np.array_equal(x0, x1) and np.array_equal(y0, y1) and len(set(y0.tolist())) >= 3
     assert all(np.array_equal(w0[k], w1[k]) for k in w0)
+
+
+def test_agreement_tables_with_the_judge_run_and_format():
+    from worlds.shapes.agreement import format_gray, format_truth, measure_gray, measure_truth
+
+    truth = measure_truth(1, seed=3, perturbations=("clean",))
+    assert truth["clean"]["n"] == 4 and truth["clean"]["detector_pos"] == 1.0 and truth["clean"]["agree"] == 1.0
+    gray = measure_gray(2, seed=3, distortions=("trapezoid",))
+    assert set(gray["trapezoid"]) == {1, 2, 3, 4} and gray["trapezoid"][4] == {"judge": 1.0, "detector": 1.0}
+    assert "| clean |" in format_truth(truth) and "trapezoid (square)" in format_gray(gray)
