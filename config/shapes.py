@@ -161,8 +161,9 @@ def sd_nft():
     config.eval.reward = "shapes,shapes_detector"
     config.eval.reward_kwargs = {"shapes": {"score": "strict"}, "shapes_detector": {"score": "strict"}}
     config.probe.freq = 4
-    # estimated alone: epochs took 45-50 s on a quieter 2-core machine (× 12) plus two evaluations of 192 images by
-    # both scorers (≈ 70 s each); the two measured runs took 33 and 38 min beside three other jobs
+    # estimated alone: epochs took 43-59 s on a quieter 2-core machine (× 12), an evaluation of 192 images by both
+    # scorers 33 s (a 16-epoch run took 1,028 s at load average ≈ 2); the two measured 12-epoch runs took 33 and
+    # 38 min beside three other jobs
     config.expected_minutes = 13.0
     return config
 
