@@ -8,8 +8,8 @@ quickstart (default): DiffusionNFT on the shipped ShapesWorld SD model (worlds/s
     shares no code with the training reward (worlds/shapes/detector/), and prints both paired before → after
     tables; outputs go to logs/<timestamp>/ (report/, final/, metrics.jsonl). Measured, seeds 0 / 1 (512 held-out
     images): task-mean strict +6.6 / +5.5 points by the judge, +5.9 / +4.1 by the detector, every 95 % interval
-    clear of zero and the two scorers' gains within each other's noise; about 13 min alone (estimated; 33–38 min
-    on a busy 2-core machine).
+    clear of zero and the two scorers' gains within each other's noise; 11 min on a 2-core machine at load
+    average 1–1.5 (33–38 min beside three other jobs).
 
 sd3_nft: the previous quickstart, DiffusionNFT on the SD3 model (config/shapes.py:sd3_nft);
     ``--config config/quickstart.py:sd3_nft``.

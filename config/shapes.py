@@ -161,10 +161,9 @@ def sd_nft():
     config.eval.reward = "shapes,shapes_detector"
     config.eval.reward_kwargs = {"shapes": {"score": "strict"}, "shapes_detector": {"score": "strict"}}
     config.probe.freq = 4
-    # estimated alone: epochs took 43-59 s on a quieter 2-core machine (× 12), an evaluation of 192 images by both
-    # scorers 33 s (a 16-epoch run took 1,028 s at load average ≈ 2); the two measured 12-epoch runs took 33 and
-    # 38 min beside three other jobs
-    config.expected_minutes = 13.0
+    # measured: 654 s for these sizes (seed 0 with the strict score as reward) at load average 1-1.5 on a 2-core
+    # machine; the two runs of the table above took 33 and 38 min beside three other jobs
+    config.expected_minutes = 11.0
     return config
 
 
