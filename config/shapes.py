@@ -141,6 +141,32 @@ def _sd():
     return config
 
 
+def sd_nft():
+    """DiffusionNFT on the shipped SD (UNet + DDIM) model, the quickstart: 256 images per epoch, 12 epochs (3,072
+    images), 8 AdamW updates per epoch (4 steps of 64 images × 2 inner epochs), rollouts by DDIM η = 0.
+
+    Why SD and not SD3: under the tightened judge the SD3 base scores 0.089 held-out strict, so most groups are
+    all-wrong and teach nothing; the SD base scores 0.495 and leaves room in counting and position. The sizes are
+    sd3_nft's (the recipe's reasons are documented there) at 12 epochs. Held out by the world judge and by
+    ``shapes_detector`` (no code shared with the training reward). Measured (512 held-out images, 128 per task,
+    ``scripts/evaluate.py --compare worlds/shapes/models/sd --reward shapes,shapes_detector``), task-mean strict
+    gain with its paired 95 % interval, seeds 0 / 1: judge +6.6 [+3.3, +9.9] / +5.5 [+2.0, +8.9], detector +5.9
+    [+3.0, +8.7] / +4.1 [+1.1, +7.1]; the two scorers' gains differ by +0.8 [-1.7, +3.3] / +1.4 [-1.5, +4.3] —
+    the same gain, mostly in counting (+14 to +20 points) and two objects; position does not move. The +10-point
+    target of issue 27 is not reached (docs/experiments/2026-11-26-independent-judge.md)."""
+    config = _sized(_sd(), epochs=12, images_per_epoch=256, eval_freq=12)
+    config.train.batch_size = min(config.train.batch_size, 64 // num_processes())
+    set_forward_objective(config, images_per_step=64, inner_epochs=2)
+    # held out by the world judge (headline eval/*) and by the detector that shares no code with it (eval.shapes_detector/*)
+    config.eval.reward = "shapes,shapes_detector"
+    config.eval.reward_kwargs = {"shapes": {"score": "strict"}, "shapes_detector": {"score": "strict"}}
+    config.probe.freq = 4
+    # measured: 654 s for these sizes (seed 0 with the strict score as reward) at load average 1-1.5 on a 2-core
+    # machine; the two runs of the table above took 33 and 38 min beside three other jobs
+    config.expected_minutes = 11.0
+    return config
+
+
 def sd_quick():
     """The SD (UNet + DDIM) counterpart of sd3_quick: DDPO's stochastic DDIM (η = 1) in the same window,
     the same sizes (≈ 13 min alone on a 2-core CPU)."""
@@ -157,7 +183,7 @@ def sd_long():
     return _sized(_sd(), epochs=300, images_per_epoch=512, eval_freq=25)
 
 
-EXPERIMENTS = ("sd3_quick", "sd3_nft", "sd_quick", "sd3_long", "sd_long")
+EXPERIMENTS = ("sd3_quick", "sd3_nft", "sd_nft", "sd_quick", "sd3_long", "sd_long")
 
 
 def get_config(name="sd3_quick"):

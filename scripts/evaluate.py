@@ -22,6 +22,10 @@ Usage:
               with the same settings, and print the paired difference model − BASE per group and for the
               mean over groups, with its standard error and 95 % interval (ddpo_grpo/paired.py), for every
               metric of every reward; eval.json gets "compare": {"model", "scorers", "paired"}
+              With several rewards, the first is also compared with every other on the same images (paired:
+              eval.json's "between_scorers"), and with --compare their per-image gains too
+              ("compare"."between_scorers"): two scorers that measure the same gain differ by no more than
+              that comparison's interval
   --group_by  the per-sample label of the per-group table: the reward's info[label] or the rows' field
               (default task); "" = no groups
   --out       output directory (default: <DIR>/eval when --model is a local directory, else ./eval):
@@ -33,7 +37,7 @@ Usage:
               DEFAULT_PER_GROUP when the rows carry the --group_by field and no --limit is given, else 0
               (every prompt). DEFAULT_PER_GROUP is chosen so that the paired SE of the task mean is
               <= 2 points for a fine-tuned ShapesWorld model against its base (measured: see
-              docs/experiments/2026-11-25-independent-judge.md)
+              docs/experiments/2026-11-26-independent-judge.md)
 
 Sampling settings (--num_steps, --guidance_scale, --max_sequence_length, --resolution, --kernel,
 --negative_prompt, --image_guidance_scale): a flag wins; else, for a training run's output, the run's own
@@ -378,6 +382,23 @@ def _without(metrics: dict, names) -> dict:
     return {k: v for k, v in metrics.items() if metric(k) not in names}
 
 
+def _between_scorers(scorers, names: list[str], base=None) -> dict:
+    """``{other: {metric: paired table}}``: the first scorer against every other on the same images, as paired
+    comparisons (``before`` = the other scorer, ``after`` = the first; up/down = images only the first / only
+    the other scores higher). With ``base`` (the compared model's Scorers), the same of the per-image *gains*
+    model − base: whether the two scorers measure the same gain within its noise."""
+    first, groups = names[0], scorers.scored[names[0]].groups
+    out = {}
+    for other in names[1:]:
+        a, b = scorers.values(first), scorers.values(other)
+        if base is not None:
+            a0, b0 = base.values(first), base.values(other)
+            a = {m: [x - y for x, y in zip(a[m], a0[m])] for m in a if m in a0}
+            b = {m: [x - y for x, y in zip(b[m], b0[m])] for m in b if m in b0}
+        out[other] = paired_tables(b, a, groups)
+    return out
+
+
 def _abspath(model: str) -> str:
     path = os.path.expanduser(model)
     return os.path.abspath(path) if os.path.exists(path) else model
@@ -459,6 +480,8 @@ def run(args) -> dict:
             seed=args.seed,
         )
 
+    between = _between_scorers(scorers, names) if len(names) > 1 else {}
+    between_gains = _between_scorers(scorers, names, base) if len(names) > 1 and compare is not None else {}
     for name, m in by_reward.items():
         if m["eval/num_samples"] and m["eval/not_applicable"] == m["eval/num_samples"]:
             raise UsageError(
@@ -483,8 +506,12 @@ def run(args) -> dict:
         "sampling": sampling,
         "args": {**vars(args), "out": str(out)},
     }
+    if between:
+        result["between_scorers"] = _paired_json(between, args.group_by)
     if compare is not None:
         result["compare"] = compare
+        if between_gains:
+            compare["between_scorers"] = _paired_json(between_gains, args.group_by)
     if table is not None:
         result["table"] = table
     _write_json(result, out / "eval.json")
@@ -509,6 +536,12 @@ def run(args) -> dict:
                 if name == names[0] and metric in physics_keys:
                     continue  # (the motion table below shows the physics metrics' paired differences)
                 print(format_paired(paired_table, f"{name} {metric}"))
+    for other, by_metric in between.items():
+        for metric, paired_table in by_metric.items():
+            print(format_paired(paired_table, f"{metric}: after = {names[0]}, before = {other}, on the model's images"))
+            if between_gains:
+                gains = between_gains[other][metric]
+                print(format_paired(gains, f"{metric} gain over the base: after = {names[0]}'s, before = {other}'s"))
     if set_metrics:
         print(
             "set-level (text–motion evaluator): "

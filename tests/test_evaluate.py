@@ -452,6 +452,25 @@ def test_script_several_rewards_and_paired_compare(tiny_dirs, mixed_prompts, tmp
     assert mean["se"] == pytest.approx(math.sqrt(sum(jpeg[t]["se"] ** 2 for t in TASKS)) / 4)
 
 
+def test_script_compares_two_scorers_on_the_same_images(tiny_dirs, mixed_prompts, tmp_path, capsys):
+    """With several scorers of the same metrics (the judge and the independent detector), the first is paired with
+    each other on the model's images, and with --compare their per-image gains are paired too (0 against itself)."""
+    from worlds.shapes.detector import reward  # noqa: F401  (registers shapes_detector, as its entry point does)
+
+    out = tmp_path / "two"
+    argv = ["--model", tiny_dirs["sd3"], "--out", str(out), "--compare", tiny_dirs["sd3"]]
+    argv += ["--reward", "shapes,shapes_detector", "--prompts", str(mixed_prompts), "--limit", "8", *FAST]
+    assert evaluate_script.main(argv) == 0
+    got = json.loads((out / "eval.json").read_text())
+    cell = got["between_scorers"]["shapes_detector"]["strict"]["all"]
+    judged, detected = got["scorers"]["shapes"]["eval/strict"], got["scorers"]["shapes_detector"]["eval/strict"]
+    assert cell["after"] == pytest.approx(judged) and cell["before"] == pytest.approx(detected)
+    assert cell["diff"] == pytest.approx(judged - detected)
+    for table in got["compare"]["between_scorers"]["shapes_detector"].values():
+        assert all(c["diff"] == 0.0 and (c["up"], c["down"]) == (0, 0) for c in table.values())
+    assert "after = shapes, before = shapes_detector, on the model's images" in capsys.readouterr().out
+
+
 def test_reward_flags_are_checked(tiny_dirs, tmp_path, capsys):
     argv = ["--model", tiny_dirs["sd3"], "--prompts", "shapes_test", "--out", str(tmp_path / "o"), *FAST]
     for extra, message in (

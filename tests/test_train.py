@@ -346,10 +346,11 @@ def test_zero_noise_is_refused_with_the_field_name(tmp_path, tiny_dirs):
 
 @pytest.mark.parametrize("name", ["quickstart", "grpo"])
 def test_quickstart_one_shortened_epoch(tmp_path, capsys, name):
-    """The default config (shipped ShapesWorld SD3, shapes reward, DiffusionNFT, LoRA) and its GRPO twin (SDE
+    """The default config (shipped ShapesWorld SD, shapes reward, DiffusionNFT, LoRA) and its GRPO twin (SDE
     window), shrunk to one epoch of 4 images and a 4-image held-out evaluation: each trains, evaluates
     before/after and reports."""
     from config.quickstart import get_config
+    from worlds.shapes.detector import reward  # noqa: F401  (registers shapes_detector, as its entry point does)
 
     config = get_config(name)
     config.logdir = str(tmp_path / "logs")

@@ -1,0 +1,138 @@
+"""The world judge and the independent detector side by side: ``python -m worlds.shapes.agreement [--n 100]``.
+
+Two tables, each reproducible from its seed (the detector's rows of the README's calibration tables):
+
+1. **Ground truth** (:func:`measure_truth`): per mild perturbation of :data:`~.distortions.PERTURBATIONS`,
+   ``n`` scenes per task (prompts drawn uniformly from every prompt of the task); per scorer the fraction of
+   positives (the scene's own prompt) judged strict 1, of hard negatives (one edit of
+   :func:`~.calibration.mismatches`) judged strict 0, and the fraction of images on which the two scorers'
+   strict verdicts on the positive prompt agree.
+2. **Gray zones** (:func:`measure_gray`): per distortion of :data:`~.distortions.DISTORTIONS` and severity,
+   ``n`` scenes with one object of the claimed shape drawn distorted (hard-edged); per scorer the fraction
+   rejected (strict 0, the ground truth).
+
+This module imports both scorers; the detector itself (``worlds/shapes/detector/``) imports neither the
+judge nor this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .calibration import mismatches
+from .detector.net import load
+from .detector.score import score as detector_score
+from .distortions import DISTORTIONS, PERTURBATIONS, distorted_image, perturb
+from .grammar import enumerate_constraints
+from .judge import judge
+from .world import SHAPES, TASKS, render, sample_scene
+
+SCORERS = ("judge", "detector")
+
+
+def _verdicts(img: np.ndarray, c, model) -> dict[str, int]:
+    return {"judge": judge(img, c)["strict"], "detector": detector_score(img, c, model)["strict"]}
+
+
+def measure_truth(
+    n_per_task: int = 100, seed: int = 0, perturbations: Sequence[str] = tuple(PERTURBATIONS)
+) -> dict[str, dict[str, float]]:
+    """Table 1: ``{perturbation: {"<scorer>_pos", "<scorer>_neg", "agree", "n"}}`` over all tasks."""
+    model = load()
+    rng = np.random.default_rng(seed)
+    tallies = {p: {**{f"{s}_{k}": 0 for s in SCORERS for k in ("pos", "neg")}, "agree": 0} for p in perturbations}
+    n = 0
+    for task in TASKS:
+        pool = list(enumerate_constraints(task))
+        for _ in range(n_per_task):
+            c = pool[int(rng.integers(len(pool)))]
+            scene = sample_scene(c, rng)
+            img = render(scene)
+            negs = mismatches(c)
+            neg = negs[int(rng.integers(len(negs)))][1]
+            n += 1
+            for p in perturbations:
+                im = perturb(img, p, rng, scene=scene)
+                pos_v, neg_v = _verdicts(im, c, model), _verdicts(im, neg, model)
+                for s in SCORERS:
+                    tallies[p][f"{s}_pos"] += pos_v[s]
+                    tallies[p][f"{s}_neg"] += 1 - neg_v[s]
+                tallies[p]["agree"] += pos_v["judge"] == pos_v["detector"]
+    return {p: {**{k: v / n for k, v in t.items()}, "n": n} for p, t in tallies.items()}
+
+
+def measure_gray(
+    n: int = 100, seed: int = 0, distortions: Sequence[str] = tuple(DISTORTIONS)
+) -> dict[str, dict[float, dict[str, float]]]:
+    """Table 2: ``{distortion: {severity: {"judge", "detector"}}}``, rejection rates (strict 0)."""
+    model = load()
+    rng = np.random.default_rng(seed)
+    pools = {
+        (task, shape): [c for c in enumerate_constraints(task) if any(o.shape == shape for o in c.objects)]
+        for task in TASKS
+        for shape in SHAPES
+    }
+    out: dict[str, dict[float, dict[str, float]]] = {}
+    for kind in distortions:
+        claim, _, _, levels = DISTORTIONS[kind]
+        out[kind] = {}
+        for level in levels:
+            rejected = dict.fromkeys(SCORERS, 0)
+            for _ in range(n):
+                pool = pools[(TASKS[int(rng.integers(len(TASKS)))], claim)]
+                c = pool[int(rng.integers(len(pool)))]
+                scene = sample_scene(c, rng)
+                index = next(i for i, o in enumerate(scene) if o.shape == claim)
+                v = _verdicts(distorted_image(scene, index, kind, level, rng), c, model)
+                for s in SCORERS:
+                    rejected[s] += 1 - v[s]
+            out[kind][level] = {s: r / n for s, r in rejected.items()}
+    return out
+
+
+def format_truth(table: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "| perturbation | judge: pos / neg | detector: pos / neg | verdicts agree |",
+        "|---|---|---|---|",
+    ]
+    for p, r in table.items():
+        lines.append(
+            f"| {p} | {r['judge_pos']:.3f} / {r['judge_neg']:.3f} | {r['detector_pos']:.3f} / "
+            f"{r['detector_neg']:.3f} | {r['agree']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def format_gray(table: dict[str, dict[float, dict[str, float]]]) -> str:
+    lines = [
+        "| distortion (claims to be) | severity unit | rejected: judge / detector, per severity |",
+        "|---|---|---|",
+    ]
+    for kind, by_level in table.items():
+        claim, _, unit, _ = DISTORTIONS[kind]
+        cells = "; ".join(f"**{lv:g}**: {r['judge']:.2f} / {r['detector']:.2f}" for lv, r in by_level.items())
+        lines.append(f"| {kind} ({claim}) | {unit} | {cells} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m worlds.shapes.agreement", description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=100, help="scenes per task (table 1) / per distortion level (table 2)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    truth = measure_truth(args.n, args.seed)
+    print(f"## Ground truth ({truth['clean']['n']} scenes, {args.n} per task, seed {args.seed})")
+    print(
+        "pos: own prompt judged strict 1; neg: a hard negative judged strict 0; agree: same verdict on the own prompt"
+    )
+    print(format_truth(truth), flush=True)
+    print(f"\n## Gray zones: rejection rates (n = {args.n} scenes per cell, hard-edged, seed {args.seed})")
+    print(format_gray(measure_gray(args.n, args.seed)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
