@@ -21,13 +21,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .calibration import mismatches
+from .calibration import gray_zone_scenes, rates, scenes_with_negatives
 from .detector.net import load
 from .detector.score import score as detector_score
-from .distortions import DISTORTIONS, PERTURBATIONS, distorted_image, perturb
-from .grammar import enumerate_constraints
+from .distortions import DISTORTIONS, PERTURBATIONS, perturb
 from .judge import judge
-from .world import SHAPES, TASKS, render, sample_scene
+from .world import TASKS
 
 SCORERS = ("judge", "detector")
 
@@ -44,22 +43,15 @@ def measure_truth(
     rng = np.random.default_rng(seed)
     tallies = {p: {**{f"{s}_{k}": 0 for s in SCORERS for k in ("pos", "neg")}, "agree": 0} for p in perturbations}
     n = 0
-    for task in TASKS:
-        pool = list(enumerate_constraints(task))
-        for _ in range(n_per_task):
-            c = pool[int(rng.integers(len(pool)))]
-            scene = sample_scene(c, rng)
-            img = render(scene)
-            negs = mismatches(c)
-            neg = negs[int(rng.integers(len(negs)))][1]
-            n += 1
-            for p in perturbations:
-                im = perturb(img, p, rng, scene=scene)
-                pos_v, neg_v = _verdicts(im, c, model), _verdicts(im, neg, model)
-                for s in SCORERS:
-                    tallies[p][f"{s}_pos"] += pos_v[s]
-                    tallies[p][f"{s}_neg"] += 1 - neg_v[s]
-                tallies[p]["agree"] += pos_v["judge"] == pos_v["detector"]
+    for _, c, scene, img, neg in scenes_with_negatives(TASKS, n_per_task, rng):
+        n += 1
+        for p in perturbations:
+            im = perturb(img, p, rng, scene=scene)
+            pos_v, neg_v = _verdicts(im, c, model), _verdicts(im, neg, model)
+            for s in SCORERS:
+                tallies[p][f"{s}_pos"] += pos_v[s]
+                tallies[p][f"{s}_neg"] += 1 - neg_v[s]
+            tallies[p]["agree"] += pos_v["judge"] == pos_v["detector"]
     return {p: {**{k: v / n for k, v in t.items()}, "n": n} for p, t in tallies.items()}
 
 
@@ -68,28 +60,13 @@ def measure_gray(
 ) -> dict[str, dict[float, dict[str, float]]]:
     """Table 2: ``{distortion: {severity: {"judge", "detector"}}}``, rejection rates (strict 0)."""
     model = load()
-    rng = np.random.default_rng(seed)
-    pools = {
-        (task, shape): [c for c in enumerate_constraints(task) if any(o.shape == shape for o in c.objects)]
-        for task in TASKS
-        for shape in SHAPES
-    }
-    out: dict[str, dict[float, dict[str, float]]] = {}
-    for kind in distortions:
-        claim, _, _, levels = DISTORTIONS[kind]
-        out[kind] = {}
-        for level in levels:
-            rejected = dict.fromkeys(SCORERS, 0)
-            for _ in range(n):
-                pool = pools[(TASKS[int(rng.integers(len(TASKS)))], claim)]
-                c = pool[int(rng.integers(len(pool)))]
-                scene = sample_scene(c, rng)
-                index = next(i for i, o in enumerate(scene) if o.shape == claim)
-                v = _verdicts(distorted_image(scene, index, kind, level, rng), c, model)
-                for s in SCORERS:
-                    rejected[s] += 1 - v[s]
-            out[kind][level] = {s: r / n for s, r in rejected.items()}
-    return out
+    counts: dict[str, dict[float, dict[str, int]]] = {}
+    for kind, level, c, _, img in gray_zone_scenes(n, np.random.default_rng(seed), distortions):
+        rejected = counts.setdefault(kind, {}).setdefault(level, dict.fromkeys(SCORERS, 0))
+        v = _verdicts(img, c, model)
+        for s in SCORERS:
+            rejected[s] += 1 - v[s]
+    return rates(counts, n)
 
 
 def format_truth(table: dict[str, dict[str, float]]) -> str:

@@ -67,6 +67,20 @@ def _strict(img: np.ndarray, c: Constraints) -> bool:
     return all(ok for _, ok in check_constraints(detect(img), c))
 
 
+def scenes_with_negatives(tasks: Sequence[str], n_per_task: int, rng: np.random.Generator):
+    """For each task, ``n_per_task`` items ``(task, c, scene, image, negative)``: a prompt ``c`` drawn uniformly
+    from every prompt of the task, a scene for it, its hard-edged image and one hard negative of
+    :func:`mismatches`. Draws from ``rng`` in this order, item by item (consumers draw between items)."""
+    for task in tasks:
+        pool = list(enumerate_constraints(task))
+        for _ in range(n_per_task):
+            c = pool[int(rng.integers(len(pool)))]
+            scene = sample_scene(c, rng)
+            img = render(scene)
+            negs = mismatches(c)
+            yield task, c, scene, img, negs[int(rng.integers(len(negs)))][1]
+
+
 def measure_agreement(
     n_per_task: int = 200,
     seed: int = 0,
@@ -75,23 +89,42 @@ def measure_agreement(
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Table 1 of the module docstring: ``{perturbation: {task: {"pos", "neg"}}}``."""
     rng = np.random.default_rng(seed)
-    table: dict[str, dict[str, dict[str, float]]] = {p: {} for p in perturbations}
-    for task in tasks:
-        pool = list(enumerate_constraints(task))
-        hits = {p: [0, 0] for p in perturbations}
-        for _ in range(n_per_task):
-            c = pool[int(rng.integers(len(pool)))]
-            scene = sample_scene(c, rng)
-            img = render(scene)
-            negs = mismatches(c)
-            neg = negs[int(rng.integers(len(negs)))][1]
-            for p in perturbations:
-                det = detect(perturb(img, p, rng, scene=scene))
-                hits[p][0] += all(v for _, v in check_constraints(det, c))
-                hits[p][1] += not all(v for _, v in check_constraints(det, neg))
+    hits = {p: {task: [0, 0] for task in tasks} for p in perturbations}
+    for task, c, scene, img, neg in scenes_with_negatives(tasks, n_per_task, rng):
         for p in perturbations:
-            table[p][task] = {"pos": hits[p][0] / n_per_task, "neg": hits[p][1] / n_per_task}
-    return table
+            det = detect(perturb(img, p, rng, scene=scene))
+            hits[p][task][0] += all(v for _, v in check_constraints(det, c))
+            hits[p][task][1] += not all(v for _, v in check_constraints(det, neg))
+    return {
+        p: {task: {"pos": pos / n_per_task, "neg": neg / n_per_task} for task, (pos, neg) in by_task.items()}
+        for p, by_task in hits.items()
+    }
+
+
+def gray_zone_scenes(n: int, rng: np.random.Generator, distortions: Sequence[str] = tuple(DISTORTIONS)):
+    """For each distortion of :data:`~.distortions.DISTORTIONS` and each of its severities, ``n`` items
+    ``(kind, level, c, scene, image)``: a prompt ``c`` of a uniform task naming the shape the distortion claims to
+    be, a scene for it, and its hard-edged image with one object of that shape drawn distorted. Draws from ``rng``
+    in this order, item by item, so a consumer may draw from the same ``rng`` between items (the tables do)."""
+    pools = {
+        (task, shape): [c for c in enumerate_constraints(task) if any(o.shape == shape for o in c.objects)]
+        for task in TASKS
+        for shape in SHAPES
+    }
+    for kind in distortions:
+        claim, _, _, levels = DISTORTIONS[kind]
+        for level in levels:
+            for _ in range(n):
+                pool = pools[(TASKS[int(rng.integers(len(TASKS)))], claim)]
+                c = pool[int(rng.integers(len(pool)))]
+                scene = sample_scene(c, rng)
+                index = next(i for i, o in enumerate(scene) if o.shape == claim)
+                yield kind, level, c, scene, distorted_image(scene, index, kind, level, rng)
+
+
+def rates(counts: dict[str, dict[float, dict[str, int]]], n: int) -> dict[str, dict[float, dict[str, float]]]:
+    """``{kind: {level: {key: count}}}`` of ``n`` scenes per cell as fractions."""
+    return {kind: {lv: {k: v / n for k, v in r.items()} for lv, r in by.items()} for kind, by in counts.items()}
 
 
 def measure_rejection(
@@ -100,27 +133,12 @@ def measure_rejection(
     """Table 2 of the module docstring: ``{distortion: {severity: {"clean": rate, after: rate}}}``, rates of
     strict 0 (rejection) on the hard-edged distorted scene and on it after the ``after`` perturbation."""
     rng = np.random.default_rng(seed)
-    pools = {
-        (task, shape): [c for c in enumerate_constraints(task) if any(o.shape == shape for o in c.objects)]
-        for task in TASKS
-        for shape in SHAPES
-    }
-    out: dict[str, dict[float, dict[str, float]]] = {}
-    for kind in distortions:
-        claim, _, _, levels = DISTORTIONS[kind]
-        out[kind] = {}
-        for level in levels:
-            rejected = {"clean": 0, after: 0}
-            for _ in range(n):
-                pool = pools[(TASKS[int(rng.integers(len(TASKS)))], claim)]
-                c = pool[int(rng.integers(len(pool)))]
-                scene = sample_scene(c, rng)
-                index = next(i for i, o in enumerate(scene) if o.shape == claim)
-                img = distorted_image(scene, index, kind, level, rng)
-                rejected["clean"] += not _strict(img, c)
-                rejected[after] += not _strict(perturb(img, after, rng, scene=scene), c)
-            out[kind][level] = {k: v / n for k, v in rejected.items()}
-    return out
+    counts: dict[str, dict[float, dict[str, int]]] = {}
+    for kind, level, c, scene, img in gray_zone_scenes(n, rng, distortions):
+        rejected = counts.setdefault(kind, {}).setdefault(level, {"clean": 0, after: 0})
+        rejected["clean"] += not _strict(img, c)
+        rejected[after] += not _strict(perturb(img, after, rng, scene=scene), c)
+    return rates(counts, n)
 
 
 def fit_statistics(
