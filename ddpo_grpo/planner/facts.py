@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ddpo_grpo.components import WEIGHT_DTYPES
+from ddpo_grpo.memory import store_dtype
 from ddpo_grpo.planner import activations, meta, sources
 from ddpo_grpo.planner.geometry import geometry
-
-DTYPES = {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-STORE = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass
@@ -97,7 +96,7 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
     shard_blocks, lora_defaults = _adapter_defaults(pipeline)
     shard_blocks = tuple(config.distributed.shard_blocks) or shard_blocks
     t = config.train
-    weight_dtype = DTYPES[config.mixed_precision]
+    weight_dtype = WEIGHT_DTYPES[config.mixed_precision]
     comps = sources.components(directory)
     names = [c[0] for c in comps]
     denoiser_name = "transformer" if "transformer" in names else "unet"
@@ -145,7 +144,7 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
         num_blocks=len(blocks),
         compute_itemsize=compute.itemsize,
         weight_itemsize=weight_dtype.itemsize,
-        store_itemsize=STORE[config.sample.store_dtype],
+        store_itemsize=store_dtype(config.sample.store_dtype).itemsize,
         on_accelerator=accelerator,
         activations=acts,
         latent_numel=geo.latent_numel,
