@@ -14,6 +14,8 @@ normalised), conditioned on the diffusion step and a text embedding, that predic
     6. x̂₀ = output_process(LN(z[:, P:]))                          # [B, F, 263]
     7. (smooth_kernel = k > 0) x̂₀ ← per-feature temporal filter of x̂₀  # depthwise Conv1d over frames, k taps,
                                                                     # replicate padding, starts as a Gaussian σ = 1
+    8. (bone_projection) x̂₀ ← normalize(project_bones(denormalize(x̂₀)))  # every bone at its clip-mean length
+                                                                    # (worlds/motion/geometry.py)
 
 The unconditional branch of classifier-free guidance is MDM's: the text embedding replaced by zeros
 (``mask_cond(force_mask=True)``), so ``c = text_proj(0)`` = its bias; training drops the condition that
@@ -26,7 +28,11 @@ optionally (step 7, the shipped model) a learned per-feature temporal filter on 
 trained for minutes on a CPU leaves frame-to-frame noise of ≈ 0.5 normalised units in x̂₀ (second-difference
 energy of the joint features 26× the data's, jerk ≈ 3e6 m²/s⁶ against the data's 4e4), which the denoising
 chain bakes into every sample; the filter removes that band from the start (a σ = 1-frame Gaussian, 50 ms,
-leaves the data's own motion unchanged to the judge), and learns per feature from there.
+leaves the data's own motion unchanged to the judge), and learns per feature from there. Optionally (step 8,
+the shipped model) the skeleton as a constraint of the output rather than something to learn: the predicted
+joints are projected onto bones of constant length (:func:`~worlds.motion.geometry.project_bones`), using the
+normalisation statistics stored with the weights (buffers ``feature_mean`` / ``feature_std``). A denoiser that
+learns the constraint from data alone leaves bones whose length drifts 5–13 % over a clip (issue 26).
 
 :class:`MotionNormalizer` is the pipeline's ``normalizer``: ``decode`` denormalises ``[B, F, 263]`` with the
 training statistics (the rewards' input), ``preview`` draws each motion as a stick-figure filmstrip
@@ -103,6 +109,7 @@ class MotionDenoiser(ModelMixin, ConfigMixin):
         text_dim: int = 64,
         max_text_tokens: int = 16,
         smooth_kernel: int = 0,
+        bone_projection: bool = False,
     ):
         super().__init__()
         if width % heads or width % 2:
@@ -128,6 +135,12 @@ class MotionDenoiser(ModelMixin, ConfigMixin):
                 taps = torch.exp(-0.5 * torch.arange(-(smooth_kernel // 2), smooth_kernel // 2 + 1).float() ** 2)
                 self.smooth.weight.copy_((taps / taps.sum()).expand(feature_dim, 1, smooth_kernel))
                 self.smooth.bias.zero_()
+        if bone_projection:  # overwritten by the saved weights on loading
+            from .features import load_stats
+
+            mean, std = load_stats()
+            self.register_buffer("feature_mean", torch.as_tensor(mean, dtype=torch.float32))
+            self.register_buffer("feature_std", torch.as_tensor(std, dtype=torch.float32))
         table = sinusoid(torch.arange(frames + 1 + max_text_tokens), width)  # [max_tokens, W]
         self.register_buffer("positions", table, persistent=False)
 
@@ -155,6 +168,11 @@ class MotionDenoiser(ModelMixin, ConfigMixin):
         x0 = self.output_process(self.norm_out(z[:, prefix.shape[1] :]))  # [B, F, D]
         if self.config.smooth_kernel:
             x0 = self.smooth(x0.transpose(1, 2)).transpose(1, 2)  # [B, F, D] per-feature temporal filter
+        if self.config.bone_projection:
+            from .geometry import project_bones
+
+            mean, std = self.feature_mean, self.feature_std  # [D] float32
+            x0 = ((project_bones(x0.float() * std + mean) - mean) / std).to(x0.dtype)  # [B, F, D]
         return x0
 
 

@@ -31,6 +31,10 @@ Objective (DDPM with x₀ prediction, MDM eq. 2 / Ho et al. 2020 eq. 4), one sta
     L   = ‖ f_θ(x_t, t, c) − x₀ ‖²  (mean)               # L_simple on x₀ (MDM)
         + vel_weight · ‖ Δ_F f_θ − Δ_F x₀ ‖²             # optional frame-difference term (MDM's L_vel, here
                                                          # on the normalised features; 0 = off)
+        + Σ_k geo_<k> · L_k(denormalize(f_θ), denormalize(x₀))   # optional geometric terms on recovered joints,
+                                                         # k ∈ pos, vel, foot, floor, bone (geometry.py; 0 = off)
+
+``bone_projection`` builds the skeleton into the denoiser (constant bone lengths; geometry.py).
 
 Evaluation (every ``eval_every`` steps and at the end): deterministic samples (``eval_kernel``, η = 0,
 ``eval_steps`` steps, CFG ``eval_guidance``) of the *test* split's held-out compositions, ``eval_per_task``
@@ -50,6 +54,7 @@ import torch.nn.functional as F
 
 from ddpo_grpo.pretraining import PretrainConfig, Recipe, Stage
 
+from .geometry import GEOMETRIC_TERMS
 from .grammar import PHRASES, TASKS, all_prompts
 
 TEXT_EMBEDDINGS = ("sequence", "pooled")
@@ -78,6 +83,7 @@ class MotionConfig(PretrainConfig):
     heads: int = 4
     ff: int = 256
     smooth_kernel: int = 5  # > 0: a learned per-feature temporal filter of this (odd) length on x̂₀; 0 = off (MDM)
+    bone_projection: bool = False  # project x̂₀'s joints onto bones of constant length (geometry.py); False = MDM
     # ---- text encoder (CLIPTextModelWithProjection, word-level tokenizer) ----
     text_embedding: str = "sequence"  # "sequence": every token as a prefix token | "pooled": MDM's one token
     text_hidden: int = 64
@@ -89,6 +95,12 @@ class MotionConfig(PretrainConfig):
     # ---- objective and schedule ----
     num_train_timesteps: int = 1000
     vel_weight: float = 0.0
+    # weights of the geometric terms on recovered joints (m² each, geometry.py); 0 = off
+    geo_pos: float = 0.0  # MDM L_pos: joint positions
+    geo_vel: float = 0.0  # MDM L_vel: joint velocities (m per frame)
+    geo_foot: float = 0.0  # MDM L_foot: contact joints of the data do not move
+    geo_floor: float = 0.0  # no joint under the floor
+    geo_bone: float = 0.0  # bone lengths of the data, every frame
     steps: int = 2000  # the shipped model; 5000 reaches 0.72 held-out strict (README, "Base model")
     lr: float = 1e-3
     warmup_steps: int = 200
@@ -155,6 +167,9 @@ class MotionConfig(PretrainConfig):
             raise ValueError(f"steps must be >= 1; got {self.steps}")
         if self.text_lr_ratio < 0 or self.vel_weight < 0:
             raise ValueError("text_lr_ratio and vel_weight must be >= 0 (text_lr_ratio 0 freezes the text encoder)")
+        for term in GEOMETRIC_TERMS:
+            if getattr(self, f"geo_{term}") < 0:
+                raise ValueError(f"geo_{term}={getattr(self, f'geo_{term}')} must be >= 0 (0 turns the term off)")
 
 
 @functools.lru_cache(maxsize=4)
@@ -263,6 +278,7 @@ class MDMRecipe(Recipe):
             text_dim=cfg.text_hidden,
             max_text_tokens=cfg.max_length,
             smooth_kernel=cfg.smooth_kernel,
+            bone_projection=cfg.bone_projection,
         )
         self.normalizer = MotionNormalizer.from_stats(*load_stats())
         self.models = {"text_encoder": text_encoder, "denoiser": denoiser}
@@ -304,6 +320,16 @@ class MDMRecipe(Recipe):
             vel = F.mse_loss(pred[:, 1:] - pred[:, :-1], x0[:, 1:] - x0[:, :-1])
             out["loss"] = mse + cfg.vel_weight * vel
             out["vel"] = vel.detach()
+        weights = {k: getattr(cfg, f"geo_{k}") for k in GEOMETRIC_TERMS}
+        if any(weights.values()):
+            from .geometry import geometric_losses
+
+            norm = self.normalizer  # denormalise: x · std + mean
+            geo = geometric_losses(norm.decode(pred), norm.decode(x0))
+            for k, w in weights.items():
+                if w:
+                    out["loss"] = out["loss"] + w * geo[k]
+                    out[f"geo_{k}"] = geo[k].detach()
         return out
 
     def pipeline(self):
