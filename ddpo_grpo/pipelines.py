@@ -89,8 +89,9 @@ class SampleNormalizer(ModelMixin, ConfigMixin):
         self.register_buffer("std", torch.ones(tuple(shape)))
 
     @classmethod
-    def from_stats(cls, mean, std) -> SampleNormalizer:
-        """A normalizer with these statistics (array-likes of one shape; std finite and > 0)."""
+    def from_stats(cls, mean, std, **config) -> SampleNormalizer:
+        """A normalizer with these statistics (array-likes of one shape; std finite and > 0); ``config``: a
+        subclass's other settings."""
         mean, std = torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32)
         if mean.shape != std.shape or mean.ndim == 0:
             raise ValueError(
@@ -99,7 +100,7 @@ class SampleNormalizer(ModelMixin, ConfigMixin):
             )
         if not (torch.isfinite(mean).all() and torch.isfinite(std).all() and (std > 0).all()):
             raise ValueError("SampleNormalizer.from_stats: mean must be finite and std finite and > 0")
-        normalizer = cls(shape=list(mean.shape))
+        normalizer = cls(shape=list(mean.shape), **config)
         with torch.no_grad():
             normalizer.mean.copy_(mean)
             normalizer.std.copy_(std)
@@ -346,6 +347,14 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
             "build the pipeline with preview='heatmap'"
         )
 
+    def guide(self, uncond: torch.Tensor, text: torch.Tensor, guidance_scale: float) -> torch.Tensor:
+        """Classifier-free guidance ``uncond + w·(text − uncond)``, then the normalizer's ``constrain`` hook if it
+        has one: a world's constraint on the model output that holds for each branch need not hold for their
+        extrapolation (MotionWorld: bones of constant length, worlds/motion/geometry.py)."""
+        out = uncond + guidance_scale * (text - uncond)
+        hook = getattr(self.normalizer, "constrain", None) if self.normalizer is not None else None
+        return hook(out) if hook is not None else out
+
     # ---- plain sampling with the scheduler's own step --------------------------------------------
     @torch.no_grad()
     def __call__(
@@ -390,7 +399,7 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
                 both = {k: torch.cat([cond["neg_" + k], v]) for k, v in positive.items()}
                 out = self.call_denoiser(self.denoiser, torch.cat([x, x]), torch.cat([timesteps, timesteps]), both)
                 uncond, text = out.chunk(2)
-                out = uncond + guidance_scale * (text - uncond)
+                out = self.guide(uncond, text, guidance_scale)
             else:
                 out = self.call_denoiser(self.denoiser, x, timesteps, positive)
             x = self.scheduler.step(out, t, x, generator=generator, **extra).prev_sample

@@ -115,3 +115,28 @@ def test_denoiser_with_bone_projection_saves_its_statistics(tmp_path):
 
     with pytest.raises(ValueError, match="geo_floor"):
         MotionConfig.tiny(geo_floor=-1.0).validate()
+
+
+def test_guided_samples_keep_their_bones_through_the_normalizer_hook():
+    """CFG extrapolates two projected outputs into one whose bones drift; the normalizer's constrain hook
+    (DenoiserPipeline.guide, used by the pipeline's own call and by the policy) projects the guided x̂₀."""
+    from ddpo_grpo.policies import build_policy
+    from ddpo_grpo.rollout import sample_rollout
+    from worlds.motion.grammar import test_rows
+    from worlds.motion.tiny import build_tiny_mdm
+
+    pipe = build_tiny_mdm()
+    assert pipe.denoiser.config.bone_projection and pipe.normalizer.config.bone_projection
+    prompts = [r["prompt"] for r in test_rows()[:3]]
+    cv = {}
+    for hook in (True, False):
+        pipe.normalizer.register_to_config(bone_projection=hook)
+        out = pipe(prompts, num_inference_steps=4, guidance_scale=2.5, generator=torch.Generator().manual_seed(0))
+        cv[hook] = float(_bone_cv(out.samples.double()).max())
+    assert cv[True] < 1e-4 < 0.01 < cv[False]
+    pipe.normalizer.register_to_config(bone_projection=True)
+    policy = build_policy(pipe, resolution=0, kernel="ddim")
+    rollout = sample_rollout(
+        policy, policy.denoiser, test_rows()[:3], seeds=[0, 1, 2], num_steps=4, guidance_scale=2.5, noise_level=0.0
+    )
+    assert float(_bone_cv(rollout.samples.double()).max()) < 1e-4

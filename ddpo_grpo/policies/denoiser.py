@@ -107,6 +107,11 @@ class DenoiserPolicy(DiffusionPolicy):
             return self.forward(model, latents, timesteps, {})
         return super().predict(model, latents, timesteps, cond, guidance_scale, detach_uncond)
 
+    def guide(self, uncond, text, guidance_scale: float):
+        """The pipeline's guidance (CFG, then its normalizer's ``constrain`` hook), so sampling, training and
+        ``DenoiserPipeline.__call__`` agree."""
+        return self.pipeline.guide(uncond, text, guidance_scale)
+
     def pipeline_kwargs(self, rows, latents, guidance_scale, negative_prompt):
         return dict(
             prompt=[r["prompt"] for r in rows] if self.pipeline.text_encoder is not None else None,

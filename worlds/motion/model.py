@@ -181,14 +181,29 @@ class MotionNormalizer(SampleNormalizer):
 
     ``preview(samples [N, F, 263]) -> [N, 3, H, W]`` in [0, 1]: ``preview_frames`` evenly spaced poses,
     side view above front view (:func:`worlds.motion.render.filmstrip_image`), scaled by ``preview_scale``;
-    a sample with non-finite values is drawn as a grey tile.
+    a sample with non-finite values is drawn as a grey tile. ``bone_projection``: :meth:`constrain` projects the
+    guided x̂₀ onto bones of constant length (as the denoiser's own ``bone_projection`` does for each branch).
     """
 
     @register_to_config
     def __init__(
-        self, shape: list[int] | tuple[int, ...] = (FEATURE_DIM,), preview_frames: int = 6, preview_scale: float = 0.5
+        self,
+        shape: list[int] | tuple[int, ...] = (FEATURE_DIM,),
+        preview_frames: int = 6,
+        preview_scale: float = 0.5,
+        bone_projection: bool = False,
     ):
         super().__init__(shape=shape)
+
+    def constrain(self, x0: torch.Tensor) -> torch.Tensor:
+        """The guided x̂₀ ``[B, F, 263]`` with every bone at its clip-mean length when ``bone_projection`` (the
+        pipeline's guidance hook: CFG extrapolates two projected outputs into one whose bones need not be
+        constant), else unchanged."""
+        if not self.config.bone_projection:
+            return x0
+        from .geometry import project_bones
+
+        return self.normalize(project_bones(self.decode(x0))).to(x0.dtype)
 
     def preview(self, samples: torch.Tensor) -> torch.Tensor:
         from PIL import Image

@@ -83,7 +83,7 @@ class MotionConfig(PretrainConfig):
     heads: int = 4
     ff: int = 256
     smooth_kernel: int = 5  # > 0: a learned per-feature temporal filter of this (odd) length on x̂₀; 0 = off (MDM)
-    bone_projection: bool = False  # project x̂₀'s joints onto bones of constant length (geometry.py); False = MDM
+    bone_projection: bool = True  # project x̂₀'s joints onto bones of constant length (geometry.py); False = MDM
     # ---- text encoder (CLIPTextModelWithProjection, word-level tokenizer) ----
     text_embedding: str = "sequence"  # "sequence": every token as a prefix token | "pooled": MDM's one token
     text_hidden: int = 64
@@ -99,9 +99,9 @@ class MotionConfig(PretrainConfig):
     geo_pos: float = 0.0  # MDM L_pos: joint positions
     geo_vel: float = 0.0  # MDM L_vel: joint velocities (m per frame)
     geo_foot: float = 0.0  # MDM L_foot: contact joints of the data do not move
-    geo_floor: float = 0.0  # no joint under the floor
+    geo_floor: float = 1000.0  # no joint under the floor
     geo_bone: float = 0.0  # bone lengths of the data, every frame
-    steps: int = 2000  # the shipped model; 5000 reaches 0.72 held-out strict (README, "Base model")
+    steps: int = 3000  # the shipped model (worlds/motion/README.md, "Base model")
     lr: float = 1e-3
     warmup_steps: int = 200
     cond_dropout: float = 0.1
@@ -280,7 +280,7 @@ class MDMRecipe(Recipe):
             smooth_kernel=cfg.smooth_kernel,
             bone_projection=cfg.bone_projection,
         )
-        self.normalizer = MotionNormalizer.from_stats(*load_stats())
+        self.normalizer = MotionNormalizer.from_stats(*load_stats(), bone_projection=cfg.bone_projection)
         self.models = {"text_encoder": text_encoder, "denoiser": denoiser}
         groups = ((("denoiser",), 1.0),) + (((("text_encoder",), cfg.text_lr_ratio),) if cfg.text_lr_ratio > 0 else ())
         self.ema_modules = tuple(name for names, _ in groups for name in names)
