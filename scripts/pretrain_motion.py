@@ -11,7 +11,7 @@ in ``<out>/final`` and its evaluation in ``<out>/final_eval.json``. The loop is 
 ``--resume`` continues the run exactly (same thread count), with the config saved in its checkpoint
 (evaluation / bookkeeping flags may change; a larger ``--steps`` extends it).
 
-Reproduce the shipped ``worlds/motion/models/mdm`` (seed 0; about 45 min on one free CPU thread)::
+Reproduce the shipped ``worlds/motion/models/mdm`` (the defaults, seed 0; 16 min on one CPU thread beside another run)::
 
     nohup env OMP_NUM_THREADS=1 python scripts/pretrain_motion.py --out /tmp/motion_pretrain/mdm --threads 1 \
         > /tmp/motion_pretrain/mdm.log 2>&1 &
