@@ -205,15 +205,17 @@ def test_train_script_on_a_tiny_motion_pipeline(tmp_path):
 
 
 def test_physics_recipe_builds_its_reward_and_scorers():
-    """config/motion.py:physics validates; its training reward is motion_physics with every term on, its held-out
-    scorers the strict judge and motion_physics (per-scorer kwargs), anchored to the base (train.beta > 0)."""
+    """config/motion.py:physics validates; its training reward is motion_physics with every term on plus the soft
+    judge (the matching anchor), trained by DiffusionNFT anchored to the base (train.beta > 0); its held-out
+    scorers the strict judge and motion_physics (per-scorer kwargs)."""
     from config.motion import PHYSICS_WEIGHTS, get_config
     from ddpo_grpo.components import build_rewards
     from ddpo_grpo.config_checks import validate
 
     config = get_config("physics")
     validate(config)
-    assert dict(config.reward.fns) == {"motion_physics": 1.0} and config.train.beta > 0
+    assert dict(config.reward.fns) == {"motion_physics": 1.0, "motion_judge": 1.0} and config.train.beta > 0
+    assert config.reward.kwargs["motion_judge"]["score"] == "soft" and config.train.objective == "nft"
     assert all(w > 0 for w in PHYSICS_WEIGHTS.values())
     reward, scorers = build_rewards(config)
     assert list(scorers) == ["motion_judge", "motion_physics"]
