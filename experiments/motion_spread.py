@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 
 import numpy as np
 import torch
 
 from ddpo_grpo.policies import load_pipeline
-from worlds.motion.features import DATA_DIR, recover_joints
+from worlds.motion.features import recover_joints
 from worlds.motion.generator import generate
+from worlds.motion.grammar import test_rows
 
 
 def spread(joints: list[np.ndarray]) -> tuple[float, float]:
@@ -47,7 +47,7 @@ def main(argv=None) -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--guidance", type=float, default=2.5)
     args = ap.parse_args(argv)
-    rows = [json.loads(line) for line in (DATA_DIR / "motion_test.jsonl").read_text().splitlines()]
+    rows = test_rows()
     pick = [rows[i]["prompt"] for i in np.random.default_rng(0).choice(len(rows), args.prompts, replace=False)]
     real = np.array(
         [

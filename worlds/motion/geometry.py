@@ -67,6 +67,13 @@ def project_bones(features: torch.Tensor) -> torch.Tensor:
     return torch.cat([features[..., : s.start], ric, features[..., s.stop :]], -1)
 
 
+def project_bones_normalized(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """:func:`project_bones` of normalised features ``x [..., T, 263]`` (``x · std + mean`` in, the same space and
+    dtype out; computed in float32)."""
+    mean, std = mean.float(), std.float()
+    return ((project_bones(x.float() * std + mean) - mean) / std).to(x.dtype)
+
+
 def _bone_lengths(joints: torch.Tensor) -> torch.Tensor:
     """``[..., 21]`` lengths of bones 1..21 of joints ``[..., 22, 3]``."""
     return (joints[..., 1:, :] - joints[..., list(PARENTS[1:]), :]).norm(dim=-1)
@@ -87,4 +94,4 @@ def geometric_losses(pred: torch.Tensor, target: torch.Tensor) -> dict[str, torc
     }
 
 
-__all__ = ["GEOMETRIC_TERMS", "geometric_losses", "project_bones", "ric_joints"]
+__all__ = ["GEOMETRIC_TERMS", "geometric_losses", "project_bones", "project_bones_normalized", "ric_joints"]

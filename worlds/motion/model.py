@@ -169,10 +169,9 @@ class MotionDenoiser(ModelMixin, ConfigMixin):
         if self.config.smooth_kernel:
             x0 = self.smooth(x0.transpose(1, 2)).transpose(1, 2)  # [B, F, D] per-feature temporal filter
         if self.config.bone_projection:
-            from .geometry import project_bones
+            from .geometry import project_bones_normalized
 
-            mean, std = self.feature_mean, self.feature_std  # [D] float32
-            x0 = ((project_bones(x0.float() * std + mean) - mean) / std).to(x0.dtype)  # [B, F, D]
+            x0 = project_bones_normalized(x0, self.feature_mean, self.feature_std)  # [B, F, D]
         return x0
 
 
@@ -201,9 +200,9 @@ class MotionNormalizer(SampleNormalizer):
         constant), else unchanged."""
         if not self.config.bone_projection:
             return x0
-        from .geometry import project_bones
+        from .geometry import project_bones_normalized
 
-        return self.normalize(project_bones(self.decode(x0))).to(x0.dtype)
+        return project_bones_normalized(x0, self.mean, self.std)
 
     def preview(self, samples: torch.Tensor) -> torch.Tensor:
         from PIL import Image

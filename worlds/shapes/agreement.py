@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .calibration import gray_zone_scenes, rates, scenes_with_negatives
+from .calibration import gray_zone_scenes, rates, scenes_with_negatives, severity_table
 from .detector.net import load
 from .detector.score import score as detector_score
 from .distortions import DISTORTIONS, PERTURBATIONS, perturb
@@ -83,15 +83,7 @@ def format_truth(table: dict[str, dict[str, float]]) -> str:
 
 
 def format_gray(table: dict[str, dict[float, dict[str, float]]]) -> str:
-    lines = [
-        "| distortion (claims to be) | severity unit | rejected: judge / detector, per severity |",
-        "|---|---|---|",
-    ]
-    for kind, by_level in table.items():
-        claim, _, unit, _ = DISTORTIONS[kind]
-        cells = "; ".join(f"**{lv:g}**: {r['judge']:.2f} / {r['detector']:.2f}" for lv, r in by_level.items())
-        lines.append(f"| {kind} ({claim}) | {unit} | {cells} |")
-    return "\n".join(lines)
+    return severity_table(table, "rejected: judge / detector, per severity", "judge", "detector")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

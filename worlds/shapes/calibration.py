@@ -198,18 +198,21 @@ def format_table(table: dict[str, dict[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def severity_table(table: dict[str, dict[float, dict[str, float]]], heading: str, first: str, second: str) -> str:
+    """Markdown table: one row per distortion (its claim and severity unit), cells ``severity: first / second``
+    rates; ``heading`` names the rates column."""
+    lines = [f"| distortion (claims to be) | severity unit | {heading} |", "|---|---|---|"]
+    for kind, by_level in table.items():
+        claim, _, unit, _ = DISTORTIONS[kind]
+        cells = "; ".join(f"**{lv:g}**: {r[first]:.2f} / {r[second]:.2f}" for lv, r in by_level.items())
+        lines.append(f"| {kind} ({claim}) | {unit} | {cells} |")
+    return "\n".join(lines)
+
+
 def format_rejection(table: dict[str, dict[float, dict[str, float]]]) -> str:
     """Markdown table: one row per distortion, cells ``severity: clean / after`` rejection rates."""
     after = next(k for k in next(iter(next(iter(table.values())).values())) if k != "clean")
-    lines = [
-        f"| distortion (claims to be) | severity unit | rejected: hard-edged / after {after}, per severity |",
-        "|---|---|---|",
-    ]
-    for kind, by_level in table.items():
-        claim, _, unit, _ = DISTORTIONS[kind]
-        cells = "; ".join(f"**{lv:g}**: {r['clean']:.2f} / {r[after]:.2f}" for lv, r in by_level.items())
-        lines.append(f"| {kind} ({claim}) | {unit} | {cells} |")
-    return "\n".join(lines)
+    return severity_table(table, f"rejected: hard-edged / after {after}, per severity", "clean", after)
 
 
 def format_fits(table: dict[str, dict[str, dict[str, float]]]) -> str:
