@@ -129,7 +129,7 @@ def _fp16_runs(rank: int, root: str) -> None:
         Path(root, f"{strategy}_rank{rank}.json").write_text(json.dumps(recorder.calls))
 
 
-@pytest.mark.slow  # one launch of two processes, two runs each (≈ 1–2 min on the loaded 2-core test machine)
+@pytest.mark.slow  # two processes, two runs each (≈ 2 min on the loaded 2-core test machine)
 def test_fp16_overflow_under_ddp_and_fsdp_on_two_processes(tmp_path):
     spawn(_fp16_runs, str(tmp_path))
     for strategy in ("ddp", "fsdp"):

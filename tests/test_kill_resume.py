@@ -43,7 +43,7 @@ def _killed_in_save(args, run, cwd, *, rank: int, epoch: int) -> subprocess.Comp
     return subprocess.CompletedProcess(cmd, launcher.returncode, out, err)
 
 
-@pytest.mark.slow  # three launches of two processes (≈ 3 min on the loaded 2-core test machine)
+@pytest.mark.slow  # three launches of two processes (≈ 4 min on the loaded 2-core test machine)
 def test_kill_9_during_a_sharded_save_leaves_the_last_checkpoint_and_resumes_bit_identically(tiny_dirs, tmp_path):
     sd3 = tiny_dirs["sd3"]
     from ddpo_grpo.checkpoint import find_checkpoint, leftovers, list_checkpoints
