@@ -4,7 +4,8 @@ The order refuses bad input before anything is written: the config's fields and 
 (``config_checks``), files on disk, the rewards, the prompt sources, the model and its policy adapter (kernel,
 noise level, resolution) — and only then the run directory. Each builder below makes one part:
 
-    accelerator(config, given)            the accelerate.Accelerator (CPU processes with gloo when no GPU)
+    accelerator(config, given)            the accelerate.Accelerator (CPU processes with gloo when no GPU), the
+                                          host-side process group, the fp16 loss scale
     build_rewards(config)                 the training reward (``reward.fns``) and the evaluation reward
     build_prompts(config)                 the prompt rows and the epoch's prompt sampler
     build_policy_for(config, acc)         the pipeline (or the tiny one) and its policy adapter
@@ -42,8 +43,11 @@ def check_config(config) -> dict:
 
 
 def accelerator(config, given=None):
-    """``given`` or a new Accelerator; on a machine without GPUs, several processes run on CPU (gloo)."""
+    """``given`` or a new Accelerator; on a machine without GPUs, several processes run on CPU (gloo). The host-side
+    process group is made here (``distributed.setup``), and under ``mixed_precision="fp16"`` the loss scale."""
     from accelerate import Accelerator
+
+    from ddpo_grpo import distributed
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     cpu = world > 1 and not torch.cuda.is_available()
@@ -53,9 +57,27 @@ def accelerator(config, given=None):
             f"launched as {world} processes (WORLD_SIZE) but accelerate set up {acc.num_processes}; "
             "on CPU-only machines launch with ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu ..."
         )
+    distributed.setup()  # every process is here: the gloo group beside NCCL, when there is one
+    if config.mixed_precision == "fp16":
+        loss_scaling(acc)
     if config.allow_tf32 and torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = True
     return acc
+
+
+def loss_scaling(acc) -> None:
+    """fp16: the one loss-scaling path, a ``torch.amp.GradScaler`` in ``acc.scaler`` (accelerate's own on GPUs).
+
+    accelerate's ``backward`` multiplies the loss by its scale; ``optim.OptimizerStep`` does all the rest (unscale
+    before the norm, the clip and the log, skip and halve on overflow, grow, state saved with the run) — so the
+    optimizer is never handed to accelerate (``prepare``), which would step and update the scaler itself. On CPU
+    accelerate neither autocasts nor scales under fp16 (its ``native_amp`` stays off and fp16 weights then meet
+    float32 inputs); here it autocasts to float16 (``torch.autocast("cpu", float16)``) with a GradScaler, so CPU
+    processes run the GPU's fp16 path."""
+    if acc.device.type == "cpu":
+        acc.native_amp = True
+    if acc.scaler is None:
+        acc.scaler = torch.amp.GradScaler(acc.device.type)
 
 
 def build_rewards(config):
@@ -253,13 +275,14 @@ def scale_out(config, policy, acc) -> None:
 
 
 def prepare(config, acc, policy, params):
-    """(the model to differentiate, the optimizer): accelerate's DDP wrapping, or the FSDP-sharded denoiser itself."""
+    """(the model to differentiate, the optimizer): accelerate's DDP wrapping, or the FSDP-sharded denoiser itself.
+    The optimizer stays ours under both strategies (``optim.OptimizerStep`` steps it, with the loss scale)."""
     from ddpo_grpo.optim import build_optimizer
 
     optimizer = build_optimizer(params, config.train)
     if sharded(config, acc):
         return policy.denoiser, optimizer
-    return acc.prepare(policy.denoiser, optimizer)
+    return acc.prepare(policy.denoiser), optimizer
 
 
 def init_from(config, denoiser, log=print) -> None:

@@ -1,13 +1,36 @@
-"""Process-group helpers: what every process of a run agrees on, through accelerate's collectives.
+"""Process-group helpers: the one place where the library talks to the process group.
 
 A run is P processes (``torchrun`` / ``accelerate launch``; GPUs with NCCL or CPU processes with gloo), each
-holding an ``accelerate.Accelerator``. These helpers are the only cross-process arithmetic of the trainer:
+holding an ``accelerate.Accelerator``. These helpers are the only cross-process arithmetic of the trainer, the
+guard and the sharded checkpoint (``tests/test_collectives.py`` checks that no other module of the library calls a
+``torch.distributed`` function; FSDP2 and ``torch.distributed.checkpoint`` run their own collectives inside):
 
     reduce(acc, value, "mean" | "sum" | "max")   a float, the same on every process (mean skips NaN)
     gather(acc, values)                          a numpy array [P·n], process-major (= the global sample order)
     broadcast(acc, obj)                          the main process's picklable object, on every process
+    all_processes(flag)                          True when ``flag`` holds on every process (a bool or a tensor)
+    barrier()                                    every process waits for the others
+    host_group()                                 the group for host-side values (and DCP's planning)
 
-With one process they return their input unchanged, without a collective.
+With one process (or no process group) they return their input unchanged, without a collective.
+
+Which group carries a collective. A process group maps each device type to one backend: NCCL, accelerate's
+default on GPUs, maps only ``cuda`` ("cuda:nccl"), so a CPU tensor handed to it fails with "No backend type
+associated with device type cpu". Every collective here therefore runs on a group that maps the device of its
+tensor:
+
+- values computed on the run's device (metrics, gathered rewards, the guard's finite-weight flag) stay there and
+  go through the default group: no copy to the host and no extra synchronisation;
+- host-side values (a flag computed from host values, barriers, pickled objects, the planning messages of
+  ``torch.distributed.checkpoint``) go through the default group when it maps ``cpu`` too (gloo: "cpu:gloo,
+  cuda:gloo"; or a launch that asked for "cpu:gloo,cuda:nccl"), and otherwise through one gloo group beside it,
+  created once by ``setup()`` when the run starts (``dist.new_group(backend="gloo")``, the same side group that
+  PyTorch's own ``dcp.async_save`` requires).
+
+We keep accelerate's default process group as it is rather than asking for "cpu:gloo,cuda:nccl": the side group is
+created by our code whatever launched us (``torchrun``, ``accelerate launch``, a user's own ``init_process_group``),
+and the default group's device collectives stay NCCL's. A barrier on the side group is a host barrier: it waits
+for the other processes, not for their queued device work (the checkpoint's barriers follow host-side file writes).
 """
 
 from __future__ import annotations
@@ -18,6 +41,9 @@ import numpy as np
 import torch
 
 _REDUCTIONS = {"mean": torch.nanmean, "sum": torch.sum, "max": torch.max}
+
+#: (the default group it belongs to, the gloo group beside it); rebuilt when the default group changes
+_side: tuple[object, object] | None = None
 
 
 def world_size() -> int:
@@ -30,40 +56,124 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def _dist():
+    """``torch.distributed`` when a process group of more than one process exists, else None."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
+def _device_types(group=None) -> set[str]:
+    """The device types a group maps to a backend: "cuda:nccl" -> {"cuda"}; "cpu:gloo,cuda:nccl" -> both."""
+    import torch.distributed as dist
+
+    return {entry.split(":")[0] for entry in dist.get_backend_config(group).split(",")}
+
+
+def setup() -> None:
+    """Create the host-side group now, while every process is at the same point of the set-up (module docstring).
+    Called once by ``components.accelerator``; a no-op with one process or when the default group maps ``cpu``."""
+    host_group()
+
+
+def host_group():
+    """The group for host-side (CPU) values: the default group when it maps ``cpu``, else the gloo group beside it
+    (created on the first call, which every process makes at the same point: ``setup()``); None without a group."""
+    global _side
+    dist = _dist()
+    if dist is None:
+        return None
+    world = dist.group.WORLD
+    if "cpu" in _device_types(world):
+        return world
+    if _side is None or _side[0] is not world:
+        _side = (world, dist.new_group(backend="gloo"))
+    return _side[1]
+
+
+def group_for(device) -> object:
+    """The group whose backend carries tensors of ``device``: the default group when it maps the device's type,
+    else (``cpu``) the host group."""
+    dist = _dist()
+    if dist is None:
+        return None
+    device = torch.device(device)
+    if device.type in _device_types(dist.group.WORLD):
+        return dist.group.WORLD
+    if device.type == "cpu":
+        return host_group()
+    raise RuntimeError(
+        f"the process group ({dist.get_backend_config()}) has no backend for {device.type} tensors; launch with a "
+        f"backend that maps {device.type} (accelerate picks one per device)"
+    )
+
+
+def _all_gather(tensor: torch.Tensor) -> torch.Tensor:
+    """Every process's ``tensor`` (the same shape everywhere), concatenated in process order along dim 0."""
+    dist = _dist()
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor.contiguous(), group=group_for(tensor.device))
+    return torch.cat(parts)
+
+
 def reduce(acc, value: float, op: str = "mean") -> float:
     """``value`` of every process reduced by ``op`` ("mean" ignores NaN values, as a metric average should)."""
-    if acc.num_processes == 1:
+    if _dist() is None:
         return float(value)
     tensor = torch.tensor([value], dtype=torch.float32, device=acc.device)
-    return float(_REDUCTIONS[op](acc.gather(tensor)))
+    return float(_REDUCTIONS[op](_all_gather(tensor)))
 
 
 def gather(acc, values) -> np.ndarray:
-    """float32 ``values`` [n] of every process, concatenated in process order: [P·n]."""
+    """float32 ``values`` [n] of every process (the same n everywhere), concatenated in process order: [P·n]."""
     tensor = torch.as_tensor(values, dtype=torch.float32, device=acc.device)
-    if acc.num_processes == 1:
+    if _dist() is None:
         return tensor.cpu().numpy()
-    return acc.gather(tensor).cpu().numpy()
+    return _all_gather(tensor.reshape(-1)).cpu().numpy()
 
 
-def all_processes(flag: bool) -> bool:
-    """True when ``flag`` holds on every process of the default process group (``flag`` itself without one)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+def all_processes(flag) -> bool:
+    """True when ``flag`` holds on every process. ``flag`` is a bool (reduced on the host group) or a one-element
+    tensor (reduced where it lives, e.g. on the GPU the weights it was computed from are on)."""
+    dist = _dist()
+    if dist is None:
         return bool(flag)
-    value = torch.tensor([1 if flag else 0], dtype=torch.int32)
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    if isinstance(flag, torch.Tensor):
+        value = flag.detach().reshape(1).to(torch.int32)
+    else:
+        value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MIN, group=group_for(value.device))
     return bool(value.item())
 
 
+def barrier() -> None:
+    """Every process waits here for the others (on the host group: module docstring)."""
+    dist = _dist()
+    if dist is not None:
+        dist.barrier(group=host_group())
+
+
 def broadcast(acc, obj):
-    """The main process's ``obj`` on every process."""
-    if acc.num_processes == 1:
+    """The main process's ``obj`` on every process (pickled, over the host group)."""
+    dist = _dist()
+    if dist is None:
         return obj
-    from accelerate.utils import broadcast_object_list
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, group=host_group())
+    return box[0]
 
-    return broadcast_object_list([obj])[0]
 
-
-__all__ = ["all_processes", "broadcast", "gather", "rank", "reduce", "world_size"]
+__all__ = [
+    "all_processes",
+    "barrier",
+    "broadcast",
+    "gather",
+    "group_for",
+    "host_group",
+    "rank",
+    "reduce",
+    "setup",
+    "world_size",
+]

@@ -2,8 +2,10 @@
 
 ``FiniteGuard`` sits on the update path. Before every optimizer step the trainer asks it whether the
 accumulated gradient is usable: a non-finite gradient norm (from a NaN / inf loss, reward or weight)
-means the step is skipped (gradients dropped, no update, ``train/skipped_steps`` counts it). After a step
-it checks the trainable weights themselves. The run stops with ``TrainingStopped`` (exit status ≠ 0)
+means the step is skipped (gradients dropped, no update, ``train/skipped_steps`` counts it). Under fp16 loss
+scaling a non-finite gradient at a scale > 1 may be the scale's overflow: ``optim.OptimizerStep`` halves the scale
+and it is skipped without counting toward the stop below. After a step it checks the trainable weights
+themselves. The run stops with ``TrainingStopped`` (exit status ≠ 0)
 naming the epoch and the likely cause when ``max_consecutive_skips`` steps in a row were skipped or a
 weight became non-finite; checkpoints and exports refuse non-finite tensors on their own
 (``ddpo_grpo.checkpoint.NonFiniteError``), so nothing non-finite is ever written.
@@ -43,12 +45,17 @@ class FiniteGuard:
     def start_epoch(self) -> None:
         self.skipped = 0
 
-    def allow(self, grad_norm: float, epoch: int) -> bool:
-        """Whether the step with this (pre-clipping) gradient norm may be applied; raises after too many skips."""
+    def allow(self, grad_norm: float, epoch: int, loss_scale: float | None = None) -> bool:
+        """Whether the step with this (pre-clipping, unscaled) gradient norm may be applied; raises after too many
+        skips. ``loss_scale``: the fp16 loss scale the gradient was computed at (None without loss scaling). A
+        non-finite gradient at a scale > 1 may be the scale's overflow: it is skipped (and the scale halved by the
+        caller) without counting toward ``max_consecutive_skips``; at a scale ≤ 1 the scale cannot be the cause."""
         if math.isfinite(grad_norm):
             self.consecutive = 0
             return True
         self.skipped += 1
+        if loss_scale is not None and loss_scale > 1:
+            return False
         self.consecutive += 1
         if self.max_consecutive and self.consecutive >= self.max_consecutive:
             raise TrainingStopped(
@@ -63,10 +70,12 @@ class FiniteGuard:
         from ddpo_grpo.distributed import all_processes
         from ddpo_grpo.sharding import local
 
-        finite = torch.stack([torch.isfinite(local(p.detach())).all() for p in params.values()]).tolist()
-        if all_processes(all(finite)):  # sharded weights: every process checks its own part
+        # one flag per weight, on the weights' device; sharded weights: every process checks its own part, and
+        # the flag of all of them is reduced where it was computed (distributed.all_processes)
+        finite = torch.stack([torch.isfinite(local(p.detach())).all() for p in params.values()])
+        if all_processes(finite.all()):
             return
-        bad = [name for name, ok in zip(params, finite) if not ok]
+        bad = [name for name, ok in zip(params, finite.tolist()) if not ok]
         what = f"trainable weight {bad[0]!r}" if bad else "a trainable weight (its shard on another process)"
         raise TrainingStopped(
             f"epoch {epoch}: {what} became non-finite after an optimizer step; stopping before anything is saved. "

@@ -4,10 +4,11 @@
 ``blocks`` (the adapter's ``shard_blocks``, or ``distributed.shard_blocks``), then on the model itself: each block is
 one FSDP unit whose parameters are all-gathered just before its forward (and backward) and freed after, and the
 root holds the rest (embeddings, norms, projections). Parameters become ``DTensor`` shards (dim 0 over the P
-processes); gradients are reduce-scattered, so each process keeps 1/P of the parameters, gradients and optimizer
-state. On GPUs the mixed-precision policy computes in bfloat16 and reduces gradients in float32
-(``MixedPrecisionPolicy``); ``cpu_offload`` keeps the sharded state on the CPU (``CPUOffloadPolicy``). The same code
-runs on CPU processes with gloo, so the CPU tests exercise the path GPUs run.
+processes); gradients are reduce-scattered after every backward pass (also inside gradient accumulation:
+``no_sync``), so each process keeps 1/P of the parameters, gradients and optimizer state. On GPUs the
+mixed-precision policy computes in bfloat16 and reduces gradients in float32 (``MixedPrecisionPolicy``);
+``cpu_offload`` keeps the sharded state on the CPU (``CPUOffloadPolicy``). The same code runs on CPU processes with
+gloo, so the CPU tests exercise the path GPUs run.
 
 ``checkpoint_blocks(model, blocks)`` makes each such block recompute its activations in the backward pass
 (``torch.utils.checkpoint``, non-reentrant): the activation memory of one block instead of all, for one more
@@ -88,14 +89,20 @@ def full(tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def no_sync(model, acc):
-    """Backward passes inside accumulate gradients without synchronising the processes: FSDP2's
-    ``set_requires_gradient_sync(False)``, or accelerate's ``no_sync`` (DDP)."""
-    if hasattr(model, "set_requires_gradient_sync"):
-        model.set_requires_gradient_sync(False)
-        try:
-            yield
-        finally:
-            model.set_requires_gradient_sync(True)
+    """Backward passes inside add to the step's gradient (gradient accumulation), holding the least memory each
+    strategy allows; the step's last backward runs outside.
+
+    DDP (accelerate's ``no_sync``): the all-reduce is skipped and each process adds to its own whole gradient (DDP
+    holds a whole one anyway); the last backward all-reduces the sum, one all-reduce per optimizer step.
+    FSDP2: nothing is skipped. Every backward reduce-scatters its gradients and each process adds the result to its
+    1/P shard (``sharded_param.grad``), so a step of K backward passes holds 1/P of the trainable gradients, plus
+    one unit's unsharded gradient while it is being reduced. FSDP2's ``set_requires_gradient_sync(False)`` would
+    skip those reduce-scatters but keep every unit's whole unsharded float32 gradient until the synchronised
+    backward: P times the memory, the full-size gradients sharding exists to avoid (measured in
+    ``tests/test_fsdp_accumulation.py`` and docs/scaling.md). The cost is a reduce-scatter of the trainable
+    gradients per backward pass instead of per step."""
+    if hasattr(model, "set_requires_gradient_sync"):  # an FSDP2 module: reduce-scatter as usual
+        yield
     else:
         with acc.no_sync(model):
             yield

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ddpo_grpo import distributed
 from ddpo_grpo.checkpoint.files import (
     TMP_PREFIX,
     find_checkpoint,
@@ -79,11 +80,10 @@ class RunState:
         """The checkpoint of epoch ``epoch``: by the main process, or by every process of a sharded run."""
         keep = self.config.num_checkpoint_limit or None
         if self.sharded:
-            import torch.distributed as dist
             from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
             tensors = {**self._tensors(), "optimizer": get_optimizer_state_dict(self.model, self.optimizer)}
-            rank, world = dist.get_rank(), dist.get_world_size()
+            rank, world = distributed.rank(), distributed.world_size()
             return save_sharded(
                 self.run_dir, epoch, tensors, self._state(epoch), rank=rank, world=world, keep_last=keep
             )
@@ -126,12 +126,11 @@ class RunState:
         return self._restored(state, found, log, rng=True)
 
     def _resume_sharded(self, path, log) -> int:
-        import torch.distributed as dist
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
         found = find_checkpoint(path)
         tensors = {**self._tensors(), "optimizer": get_optimizer_state_dict(self.model, self.optimizer)}
-        state = load_sharded(found, tensors, rank=dist.get_rank(), world=dist.get_world_size())
+        state = load_sharded(found, tensors, rank=distributed.rank(), world=distributed.world_size())
         set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=tensors["optimizer"])
         return self._restored(state, found, log, rng=False)
 

@@ -10,8 +10,10 @@ Layout of ``<run>/checkpoints/epoch_XXXXXX/`` when the run is sharded over P pro
 
 Saving: every process writes into the hidden sibling ``.tmp-epoch_XXXXXX-sharded`` (the same name everywhere);
 after a barrier the main process checks the files, writes state.json and moves the directory into place
-(``files.move_into_place``), then prunes old checkpoints. A crash at any point leaves the previous checkpoint the
-newest complete one. Nothing non-finite is written: every process checks its own shards and all of them refuse
+(``files.move_into_place``), then prunes old checkpoints. A crash at any point, of any process (``kill -9``
+included), leaves the previous checkpoint the newest complete one, and the run resumes from it bit-identically
+(``tests/test_kill_resume.py``; the next start removes the hidden leftover). The barriers and DCP's planning
+messages run on the host-side process group (``distributed.host_group``: gloo beside NCCL). Nothing non-finite is written: every process checks its own shards and all of them refuse
 together. Loading needs the same world size (the data layout and the RNG streams are per process); another size
 is refused in one line.
 """
@@ -21,10 +23,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import torch
 
+from ddpo_grpo import distributed
 from ddpo_grpo.checkpoint.files import (
     CHECKPOINTS_DIRNAME,
     FILES_KEY,
@@ -42,11 +46,10 @@ from ddpo_grpo.checkpoint.files import (
 from ddpo_grpo.checkpoint.rng import rng_state, set_rng_state
 from ddpo_grpo.errors import ConfigError
 
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    dist.barrier()
+#: a test hook (tests/test_kill_resume.py): "RANK:EPOCH" stops that process inside the save of that epoch, after its
+#: shards are written and before anything is committed: it writes its pid to ``halted_rank<RANK>`` in the hidden
+#: directory and sleeps there until it is killed. Unset in every real run.
+HALT_ENV = "DDPO_GRPO_HALT_IN_SAVE"
 
 
 def _nonfinite(tree, where: str = "") -> str | None:
@@ -68,10 +71,8 @@ def save_sharded(run_dir, epoch: int, tensors: dict, state: dict, *, rank: int, 
     """Every process calls this with its shards (module docstring); returns the checkpoint directory."""
     import torch.distributed.checkpoint as dcp
 
-    from ddpo_grpo.distributed import all_processes
-
     bad = _nonfinite(tensors, "tensors")
-    if not all_processes(bad is None):
+    if not distributed.all_processes(bad is None):
         raise NonFiniteError(
             f"checkpoint of epoch {epoch}: {bad or 'a shard on another process'} holds non-finite values; not saving "
             "a corrupt state (a diverged run: lower the learning rate or check the reward's scale)"
@@ -83,10 +84,11 @@ def save_sharded(run_dir, epoch: int, tensors: dict, state: dict, *, rank: int, 
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-    _barrier()
-    dcp.save(tensors, checkpoint_id=str(tmp))
+    distributed.barrier()
+    dcp.save(tensors, checkpoint_id=str(tmp), process_group=distributed.host_group())
     (tmp / f"rng_rank{rank}.json").write_text(json.dumps(rng_state()))
-    _barrier()
+    _halt_if_asked(tmp, rank, epoch)
+    distributed.barrier()
     final = root / name
     if rank == 0:
         fsync_tree(tmp)
@@ -101,8 +103,15 @@ def save_sharded(run_dir, epoch: int, tensors: dict, state: dict, *, rank: int, 
         if keep_last:
             for old in list_checkpoints(root)[:-keep_last]:
                 remove_dir_safely(old)
-    _barrier()
+    distributed.barrier()
     return final
+
+
+def _halt_if_asked(tmp: Path, rank: int, epoch: int) -> None:
+    """The ``HALT_ENV`` test hook: sleep here (to be killed) when it names this process and epoch."""
+    if os.environ.get(HALT_ENV) == f"{rank}:{epoch}":
+        (tmp / f"halted_rank{rank}").write_text(str(os.getpid()))
+        time.sleep(3600)
 
 
 def load_sharded(path: Path, tensors: dict, *, rank: int, world: int) -> dict:
@@ -125,7 +134,7 @@ def load_sharded(path: Path, tensors: dict, *, rank: int, world: int) -> dict:
         if (path / file).stat().st_size != size:
             raise CorruptCheckpointError(path, file, f"truncated or altered ({(path / file).stat().st_size} bytes)")
     with torch.no_grad():
-        dcp.load(tensors, checkpoint_id=str(path))
+        dcp.load(tensors, checkpoint_id=str(path), process_group=distributed.host_group())
     set_rng_state(json.loads((path / f"rng_rank{rank}.json").read_text(encoding="utf-8")))
     return state
 
