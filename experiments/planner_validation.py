@@ -5,18 +5,25 @@
 
 A FLUX.1-architecture transformer of a few hundred million random parameters (FluxTransformer2DModel from its
 config: d = 1024, 4 double- and 8 single-stream blocks, 277 M parameters; the tiny CLIP / T5 / VAE of
-``ddpo_grpo.tiny``), built in-process by a factory (``build``) so that nothing is read from disk. Each point runs
-``scripts/train.py``'s code path — ``Trainer(config)`` and one ``run_epoch`` (sampling, reward, advantages, one
-training minibatch with its optimizer step) — under ``torchrun`` (1 or 2 processes, gloo), and every process
-reports its peak resident memory increase: /proc/self/status VmHWM at the end minus VmRSS after the imports (the
-high-water mark reset there through /proc/self/clear_refs). glibc's allocator is told to map every block ≥ 64 KiB
+``ddpo_grpo.tiny``), written once as a pipeline directory with its weights (``<logdir>/pipeline``, 1.1 GB) so that
+every point loads it as a real checkpoint is loaded: each component read in its dtype and, under FSDP, the denoiser
+built empty and read one shard per process. Each point runs ``scripts/train.py``'s code path — ``Trainer(config)`` and
+one ``run_epoch`` (sampling, reward, advantages, the training minibatch(es) with their optimizer step) — under
+``torchrun`` (1 or 2 processes, gloo), and every process reports two peak resident-memory increases over its resident
+set after the imports (/proc/self/status: the high-water mark VmHWM, reset through /proc/self/clear_refs after the
+imports and again after set-up): the set-up peak (while ``Trainer(config)`` loads, shards and makes the shadow
+copies: the planner's set-up phase) and the epoch's peak (the largest of its training, encoding and swap phases);
+the point's peak is the larger of the two. glibc's allocator is told to map every block ≥ 64 KiB
 (MALLOC_MMAP_THRESHOLD_), so freed tensors leave the resident set as a GPU caching allocator's would be reused,
-instead of staying in the heap. The planner's prediction is ``ddpo_grpo.planner.plan`` for the same config, its
-``pretrained.model`` the configs written next to the run (no weights).
+instead of staying in the heap. The planner's prediction is ``ddpo_grpo.planner.plan`` for the same config and
+pipeline directory.
 
-Points in fp32 (mixed_precision "no") and two under bf16 autocast (the frozen base cast to bf16). Measured on 2
-shared CPU cores, one point at a time (at most ~6 GB together); docs/scaling.md has the table,
-docs/experiments/2026-11-26-planner-validation.jsonl the rows (``--repredict FILE`` recomputes their predictions).
+Points in fp32 (mixed_precision "no") and some under bf16 autocast (the frozen base read in bf16); several backward
+passes per optimizer step (``steps`` trained sampling steps); a reference (KL, full fine-tuning: its weights are
+swapped in for the reference forward); an image reward's model on the device (a random CLIP-B/16 image tower written
+next to the pipeline, the ``aesthetic`` reward's layout). Measured on 2 shared CPU cores, one point at a time (at
+most ~5 GB together); docs/scaling.md has the table, docs/experiments/2026-11-27-planner-validation.jsonl the rows
+(``--repredict FILE`` recomputes their predictions with today's planner).
 """
 
 from __future__ import annotations
@@ -29,36 +36,51 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: name -> (processes, strategy, use_lora, train batch, gradient checkpointing[, builder: "build" or "build_small"
-#: [, train.timestep_fraction of the 2 steps: 0.5 = one backward pass per optimizer step[, mixed_precision]]])
+
+class Point(NamedTuple):
+    processes: int
+    strategy: str
+    lora: bool
+    batch: int
+    checkpointing: bool = False
+    small: bool = False  # the d = 768 transformer (156 M) instead of d = 1024
+    steps: int = 2  # sampling steps
+    trained: int = 1  # trained steps per sample: backward passes per optimizer step
+    precision: str = "no"
+    beta: float = 0.0  # KL to the reference (full fine-tuning: a swapped-in float32 copy)
+    reward: bool = False  # the aesthetic reward (a CLIP-B/16 image tower) instead of redness
+
+
 POINTS = {
-    "lora_b1": (1, "ddp", True, 1, False),
-    "lora_b2": (1, "ddp", True, 2, False),
-    "lora_b4": (1, "ddp", True, 4, False),
-    "lora_b4_ckpt": (1, "ddp", True, 4, True),
-    "full_b2": (1, "ddp", False, 2, False),
-    "full_b2_ckpt": (1, "ddp", False, 2, True),
-    "ddp2_lora_b2": (2, "ddp", True, 2, False),
-    "fsdp2_lora_b2": (2, "fsdp", True, 2, False),
-    "fsdp2_full_b2": (2, "fsdp", False, 2, False),
-    "fsdp2_full_b2_ckpt": (2, "fsdp", False, 2, True),
-    "ddp2_full_b2_small": (2, "ddp", False, 2, False, "build_small"),
-    "full_b1_two_steps": (1, "ddp", False, 1, False, "build", 1.0),  # both steps trained: 2 backward passes
-    "lora_b4_bf16": (1, "ddp", True, 4, False, "build", 0.5, "bf16"),  # bf16 autocast, frozen base in bf16
-    "lora_b8_bf16": (1, "ddp", True, 8, False, "build", 0.5, "bf16"),
+    "lora_b1": Point(1, "ddp", True, 1),
+    "lora_b2": Point(1, "ddp", True, 2),
+    "lora_b4": Point(1, "ddp", True, 4),
+    "lora_b4_ckpt": Point(1, "ddp", True, 4, True),
+    "full_b2": Point(1, "ddp", False, 2),
+    "full_b2_ckpt": Point(1, "ddp", False, 2, True),
+    "full_b1_two_steps": Point(1, "ddp", False, 1, steps=2, trained=2),
+    "ddp2_lora_b2": Point(2, "ddp", True, 2),
+    "ddp2_full_b2_small": Point(2, "ddp", False, 2, small=True),
+    "fsdp2_lora_b2": Point(2, "fsdp", True, 2),
+    "fsdp2_full_b2": Point(2, "fsdp", False, 2),
+    "fsdp2_full_b2_ckpt": Point(2, "fsdp", False, 2, True),
+    "fsdp2_full_b1_four_steps": Point(2, "fsdp", False, 1, steps=4, trained=4),
+    "fsdp2_full_b1_ckpt_kl": Point(2, "fsdp", False, 1, True, steps=2, trained=2, beta=0.01),
+    "lora_b4_bf16": Point(1, "ddp", True, 4, precision="bf16"),
+    "lora_b8_bf16": Point(1, "ddp", True, 8, precision="bf16"),
+    "fsdp2_lora_b2_bf16": Point(2, "fsdp", True, 2, precision="bf16"),
+    "lora_b2_reward": Point(1, "ddp", True, 2, reward=True),
 }
 
 WIDTH = dict(num_layers=4, num_single_layers=8, attention_head_dim=128, num_attention_heads=8)
 #: the smaller one for DDP full fine-tuning on 2 processes (weights, gradients and DDP's buckets in each): d = 768
 SMALL = dict(WIDTH, num_attention_heads=6)
-
-
-def build_small():
-    """As ``build`` with d = 768 (156 M parameters)."""
-    return build(SMALL)
+#: the reward point's image tower: CLIP-B/16's (86 M parameters)
+REWARD_TOWER = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)
 
 
 def build(width=None):
@@ -83,36 +105,57 @@ def build(width=None):
     return FluxPipeline(**components)
 
 
+def pipeline_dir(logdir: str, small: bool) -> Path:
+    """The pipeline directory with weights (written on first use)."""
+    directory = Path(logdir) / ("pipeline_small" if small else "pipeline")
+    if not (directory / "model_index.json").is_file():
+        tmp = directory.with_name(directory.name + ".tmp")
+        build(SMALL if small else None).save_pretrained(tmp)
+        tmp.rename(directory)
+    return directory
+
+
+def reward_files(logdir: str) -> dict:
+    """The aesthetic reward's kwargs for the reward point: a random CLIP image tower and head (written once)."""
+    import torch
+    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+    from reward_models.aesthetic import AestheticMLP
+
+    directory = Path(logdir) / "reward_tower"
+    head = Path(logdir) / "reward_head.pt"
+    if not (directory / "config.json").is_file():
+        torch.manual_seed(0)
+        tower = CLIPVisionModelWithProjection(CLIPVisionConfig(**REWARD_TOWER, patch_size=16, projection_dim=512))
+        tower.save_pretrained(directory)
+        torch.save(AestheticMLP(512).state_dict(), head)
+    return {"clip_model": str(directory), "head_path": str(head), "device": "cpu"}
+
+
 def config_for(point: str, logdir: str):
     from config.flux import tiny
 
-    processes, strategy, lora, batch, ckpt, *builder = POINTS[point]
+    pt = POINTS[point]
     c = tiny()
-    c.pretrained.model = f"{__file__}:{builder[0] if builder else 'build'}"
+    c.pretrained.tiny = ""
+    c.pretrained.model = str(pipeline_dir(logdir, pt.small))
     c.logdir, c.run_name = logdir, point
     c.num_epochs, c.save_freq = 1, 0
     s = c.sample
-    s.resolution, s.max_sequence_length, s.num_steps = 128, 128, 2
-    s.batch_size, s.group_size, s.num_batches_per_epoch = max(batch, 2), 2, 1
+    s.resolution, s.max_sequence_length, s.num_steps = 128, 128, pt.steps
+    s.batch_size, s.group_size, s.num_batches_per_epoch = max(pt.batch, 2 // pt.processes), 2, 1  # one step
     t = c.train
-    t.batch_size, t.use_lora, t.gradient_checkpointing = batch, lora, ckpt
-    t.timestep_fraction = builder[1] if len(builder) > 1 else 0.5  # 0.5: one trained step per sample
-    c.mixed_precision = builder[2] if len(builder) > 2 else "no"
-    t.optimizer = "adamw" if lora else "sgd"  # full fine-tuning: plain SGD keeps no state (memory for the point)
-    c.distributed.strategy = strategy
+    t.batch_size, t.use_lora, t.gradient_checkpointing = pt.batch, pt.lora, pt.checkpointing
+    t.timestep_fraction = pt.trained / pt.steps
+    t.beta = pt.beta
+    c.mixed_precision = pt.precision
+    t.optimizer = "adamw" if pt.lora else "sgd"  # full fine-tuning: plain SGD keeps no state (memory for the point)
+    c.distributed.strategy = pt.strategy
     c.logging.progress = False
+    if pt.reward:
+        c.reward.fns = {"aesthetic": 1.0}
+        c.reward.kwargs = {"aesthetic": reward_files(logdir)}
     return c
-
-
-def write_configs(pipeline, directory: Path) -> None:
-    """The pipeline's model_index.json and component configs, no weights (what the planner reads)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    pipeline.save_config(directory)
-    for name, module in pipeline.components.items():
-        if hasattr(module, "save_config") and hasattr(module, "parameters"):
-            module.save_config(directory / name)
-        elif hasattr(module, "config") and hasattr(module, "parameters"):
-            module.config.save_pretrained(directory / name)
 
 
 def _status(field: str) -> int:
@@ -123,39 +166,79 @@ def _status(field: str) -> int:
 
 
 def worker(point: str, logdir: str, out: str) -> None:
-    """One process of a point (under torchrun): the run's code path, then its peak memory increase."""
+    """One process of a point (under torchrun): the run's code path, then its peak memory increases."""
+    import accelerate  # noqa: F401
     import diffusers  # noqa: F401
+    import peft  # noqa: F401
     import torch  # noqa: F401  (the imports come before the baseline)
     import transformers  # noqa: F401
 
     from ddpo_grpo import console
     from ddpo_grpo.trainer import Trainer
 
+    config = config_for(point, logdir)
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current resident set
     base = _status("VmRSS")
-    trainer = Trainer(config_for(point, logdir))
+    trainer = Trainer(config)
+    setup = _status("VmHWM") - base
+    Path("/proc/self/clear_refs").write_text("5")
     trainer.run_epoch(0, console.Clock(1))
-    peak = _status("VmHWM") - base
+    epoch = _status("VmHWM") - base
     rank = int(os.environ.get("RANK", "0"))
-    Path(out, f"rank{rank}.json").write_text(json.dumps({"peak": peak, "base": base}))
+    Path(out, f"rank{rank}.json").write_text(json.dumps({"epoch": epoch, "setup": setup, "base": base}))
 
 
 def predict(point: str, logdir: str) -> dict:
     from ddpo_grpo import planner
 
-    processes, strategy, *rest = POINTS[point]
-    small = len(rest) > 3 and rest[3] == "build_small"
-    directory = Path(logdir) / ("configs_small" if small else "configs")
-    if not (directory / "model_index.json").is_file():
-        write_configs(build_small() if small else build(), directory)
+    pt = POINTS[point]
     c = config_for(point, logdir)
-    p = planner.plan(c, processes, 0, model=str(directory), accelerator=False)
-    e = p.estimate(strategy)
-    return {"peak": e.peak, "parts": e.parts}
+    p = planner.plan(c, pt.processes, 0, model=c.pretrained.model, accelerator=False)
+    e = p.estimate(pt.strategy)
+    epoch = {k: v for k, v in e.phases.items() if k != "load"}
+    return {
+        "peak": e.peak,
+        "phase": e.peak_phase,
+        "setup": e.load_phase,
+        "epoch": max(epoch.values()),
+        "epoch_phase": max(epoch, key=epoch.get),
+        "parts": e.parts,
+        "phases": e.phases,
+    }
+
+
+def _row(point: str, epoch: list, setup: list, pred: dict, seconds: float) -> dict:
+    """The point's JSON row: predicted and measured (per process) peaks of the epoch, the set-up and the two
+    together, with the prediction's error against the largest process's."""
+    gib = 2**30
+    peak = [max(e, s) for e, s in zip(epoch, setup)]
+
+    def err(predicted, measured):
+        return 100 * (predicted - max(measured)) / max(measured)
+
+    return {
+        "point": point,
+        "setting": POINTS[point]._asdict(),
+        "predicted_gib": pred["peak"] / gib,
+        "predicted_phase": pred["phase"],
+        "measured_gib": [x / gib for x in peak],
+        "error_pct": err(pred["peak"], peak),
+        "epoch_predicted_gib": pred["epoch"] / gib,
+        "epoch_phase": pred["epoch_phase"],
+        "epoch_measured_gib": [x / gib for x in epoch],
+        "epoch_error_pct": err(pred["epoch"], epoch),
+        "setup_predicted_gib": pred["setup"] / gib,
+        "setup_measured_gib": [x / gib for x in setup],
+        "setup_error_pct": err(pred["setup"], setup),
+        "parts_gib": {k: v / gib for k, v in pred["parts"].items()},
+        "phases_gib": {k: v / gib for k, v in pred["phases"].items()},
+        "seconds": seconds,
+    }
 
 
 def run_point(point: str, logdir: str) -> dict:
-    processes = POINTS[point][0]
+    processes = POINTS[point].processes
+    config_for(point, logdir)  # writes the pipeline (and the reward's files) before any process starts
     out = tempfile.mkdtemp(prefix=f"plan_{point}_")
     env = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536", HF_HUB_OFFLINE="1")
     env["PYTHONPATH"] = f"{ROOT}:{env.get('PYTHONPATH', '')}"
@@ -163,18 +246,10 @@ def run_point(point: str, logdir: str) -> dict:
     cmd += [__file__, "--worker", point, "--logdir", logdir, "--out", out]
     start = time.time()
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
-    measured = [json.loads(Path(out, f"rank{r}.json").read_text())["peak"] for r in range(processes)]
-    pred = predict(point, logdir)
-    m = max(measured)
-    return {
-        "point": point,
-        "setting": POINTS[point],
-        "predicted_gib": pred["peak"] / 2**30,
-        "measured_gib": [x / 2**30 for x in measured],
-        "error_pct": 100 * (pred["peak"] - m) / m,
-        "parts_gib": {k: v / 2**30 for k, v in pred["parts"].items()},
-        "seconds": time.time() - start,
-    }
+    ranks = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(processes)]
+    return _row(
+        point, [r["epoch"] for r in ranks], [r["setup"] for r in ranks], predict(point, logdir), time.time() - start
+    )
 
 
 def main() -> None:
@@ -192,11 +267,10 @@ def main() -> None:
     if args.repredict:
         for line in Path(args.repredict).read_text().splitlines():
             row = json.loads(line)
-            pred = predict(row["point"], args.logdir)
-            m = max(row["measured_gib"]) * 2**30
-            row.update(predicted_gib=pred["peak"] / 2**30, error_pct=100 * (pred["peak"] - m) / m)
-            row["parts_gib"] = {k: v / 2**30 for k, v in pred["parts"].items()}
-            print(json.dumps(row), flush=True)
+            gib = 2**30
+            epoch = [x * gib for x in row["epoch_measured_gib"]]
+            setup = [x * gib for x in row["setup_measured_gib"]]
+            print(json.dumps(_row(row["point"], epoch, setup, predict(row["point"], args.logdir), row["seconds"])))
         return
     names = list(POINTS) if args.points == "all" else args.points.split(",")
     for name in names:

@@ -210,3 +210,122 @@ def test_bf16_counts_autocast_halves_and_fp32_islands(tiny_flux):
     c.mixed_precision = "bf16"
     bf16 = planner.plan(c, 1, 1.0, model=str(tiny_flux), accelerator=False).facts.activations.per_sample
     assert fp32 / 2 < bf16 < fp32
+
+
+# ---- issue 36 item 8: the set-up phase, FSDP2 accumulation, the rewards, the swap copies, two experts ----------
+
+
+@pytest.fixture(scope="module")
+def tiny_wan_experts(tmp_path_factory):
+    from ddpo_grpo.tiny import BUILDERS
+
+    path = tmp_path_factory.mktemp("plan") / "wan_i2v"
+    BUILDERS["wan_i2v"](path)
+    return path
+
+
+def test_second_expert_is_a_denoiser_not_an_encoder(tiny_wan_experts):
+    """Wan 2.2's transformer_2 is held and sharded as a denoiser (LoRA on the experts sample.experts names); the
+    activations are one expert's (a sample runs through one)."""
+    from config.wan import tiny_i2v
+    from ddpo_grpo.planner import meta
+
+    both = planner.plan(tiny_i2v(), 2, 1.0, model=str(tiny_wan_experts), accelerator=False).facts
+    assert both.denoisers == ("transformer", "transformer_2") and "transformer_2" not in both.encoders
+    one = meta.build(tiny_wan_experts, "transformer", "diffusers", "WanTransformer3DModel")
+    assert both.denoiser_numel == 2 * meta.numel(one)
+    c = tiny_i2v()
+    c.sample.experts = "transformer_2"
+    second = planner.plan(c, 2, 1.0, model=str(tiny_wan_experts), accelerator=False).facts
+    assert second.lora_numel * 2 == both.lora_numel and second.denoiser_numel == both.denoiser_numel
+    assert both.activations.per_sample == second.activations.per_sample > 0
+    assert both.num_blocks == 2 * one.config.num_layers
+
+
+def test_rewards_models_count_by_their_configs():
+    """PickScore (CLIP-H/14) and the aesthetic tower (CLIP-L/14) are built on meta from their architectures, sizes as
+    open_clip's model profile gives them (986.11 M; 303.97 M); the scorers of eval.freq are a second instance."""
+    from config.flux import pickscore
+    from ddpo_grpo.planner import rewards
+
+    c = pickscore()
+    c.eval.freq = 0
+    facts = rewards.reward_facts(c)
+    ((role, name, model, n, dtype),) = facts.models
+    assert (role, name, dtype) == ("train", "pickscore", "float32") and abs(n - 986.11e6) < 0.01e6
+    assert 4 * n <= facts.bytes < 4 * n + 4096 and 3.6 < facts.bytes / GIB < 3.8  # (+ int64 position ids)
+    c.eval.freq, c.eval.reward = 5, ""
+    assert rewards.reward_facts(c).bytes == 2 * facts.bytes  # the held-out scorer: built again
+    c.reward.fns = {"aesthetic": 1.0, "jpeg_compressibility": 1.0, "mine": 1.0}
+    c.reward.sources = {"mine": "my_reward.py:score"}
+    c.reward.kwargs = {"aesthetic": {"dtype": "bfloat16"}}
+    c.eval.freq = 0
+    facts = rewards.reward_facts(c)
+    ((_, name, model, n, dtype),) = facts.models
+    assert (name, model, dtype) == ("aesthetic", "openai/clip-vit-large-patch14", "bfloat16")
+    assert abs(n - 303.97e6) < 0.01e6 and facts.bytes > 2 * n
+    assert facts.unmodelled == ("my_reward.py:score",)
+
+
+def test_reward_model_from_a_local_directory(tmp_path, tiny_flux):
+    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+    tower = CLIPVisionModelWithProjection(
+        CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2)
+    )
+    tower.save_pretrained(tmp_path / "tower")
+    c = _config()
+    c.reward.fns = {"aesthetic": 1.0}
+    c.reward.kwargs = {"aesthetic": {"clip_model": str(tmp_path / "tower")}}
+    e = planner.plan(c, 1, 1.0, model=str(tiny_flux), accelerator=False).estimate("ddp")
+    state = list(tower.parameters()) + list(tower.buffers())
+    head = 4 * (512 * 1024 + 1024 + 1024 * 128 + 128 + 128 * 64 + 64 + 64 * 16 + 16 + 16 + 1)  # the MLP on 512
+    assert e.parts["rewards"] == sum(t.numel() * t.element_size() for t in state) + head
+    assert e.load_phase >= e.parts["rewards"] and e.training_phase >= e.parts["rewards"]
+
+
+def test_fsdp_accumulation_holds_sharded_gradients_and_one_unit_in_flight(tiny_flux):
+    """sharding.no_sync keeps FSDP2's reduce-scatter on: K backward passes hold 4·T/P of gradients (no overlap with
+    the activations) plus one unit's unsharded float32 gradient."""
+    many = _plan(tiny_flux, processes=4, use_lora=False).estimate("fsdp")  # 4 trained steps: 4 backward passes
+    ddp = _plan(tiny_flux, processes=4, use_lora=False).estimate("ddp")
+    facts = _plan(tiny_flux, processes=4, use_lora=False).facts
+    assert not many.overlap and many.parts["gradients"] == -(-ddp.parts["gradients"] // 4)
+    assert many.parts["fsdp grad in flight"] == 4 * facts.largest_block_trainable > 0
+    assert many.parts["fsdp gathered"] == (facts.root_numel + 2 * facts.largest_block) * facts.compute_itemsize
+
+
+def test_swap_under_fsdp_holds_a_copy_of_the_trainable_shards(tiny_flux):
+    """weights.swapped copies the sharded trainable parameters in place after saving them (4·T/P) for a reference
+    forward; under DDP it exchanges .data pointers (no phase)."""
+    kw = dict(processes=2, use_lora=False, beta=0.1, gradient_checkpointing=True)
+    fsdp, ddp = _plan(tiny_flux, **kw).estimate("fsdp"), _plan(tiny_flux, **kw).estimate("ddp")
+    static = sum(v for k, v in fsdp.parts.items() if k not in ("activations", "overlap"))
+    assert fsdp.swap_phase == static + fsdp.parts["reference"] > 0  # the clones: as large as the sharded reference
+    assert ddp.swap_phase == 0
+    assert _plan(tiny_flux, processes=2).estimate("fsdp").swap_phase == 0  # LoRA, fixed reference, no EMA: no swap
+    nft = _plan(tiny_flux, processes=2, objective="nft", use_lora=False).estimate("fsdp")
+    assert nft.parts["old policy"] == nft.parts["weights"] > 0 and nft.swap_phase > 0  # v_old's snapshot, swapped in
+
+
+def test_set_up_phase_per_strategy(tiny_flux):
+    """Set-up: DDP holds the weights row, the buckets, the encoders and rewards; FSDP the shards and one block being
+    read (the sharded load); the host reads each process's pipeline (DDP) or its frozen parts (FSDP)."""
+    p = _plan(tiny_flux, processes=2, use_lora=False, ema=True)
+    ddp, fsdp, f = p.estimate("ddp"), p.estimate("fsdp"), p.facts
+    assert ddp.load_phase == ddp.parts["weights"] + ddp.parts["ddp buckets"] + f.encoder_bytes + ddp.parts["ema"]
+    block = 4 * f.largest_block  # full fine-tuning: the trained denoiser is read in float32
+    assert fsdp.load_phase == fsdp.parts["weights"] + f.encoder_bytes + max(block, fsdp.parts["ema"])
+    assert ddp.host_load == f.encoder_bytes + ddp.parts["weights"]
+    assert fsdp.host_load == f.encoder_bytes + block
+    assert ddp.peak == max(ddp.phases.values()) and set(ddp.phases) == {"training", "encoding", "load", "swap"}
+
+
+def test_report_names_the_phases(tiny_flux):
+    from ddpo_grpo.planner import report
+
+    p = _plan(tiny_flux, processes=2, use_lora=False, beta=0.1, gradient_checkpointing=True)
+    table = report.table(p)
+    assert "| set-up phase (loading, sharding) |" in table and "| swap phase" in table and "| host memory" in table
+    line = report.summary(p, p.estimate("fsdp"))
+    assert f"({p.estimate('fsdp').peak_phase} phase" in line and "training = " in line

@@ -55,8 +55,15 @@ def _qwen(config, b, n_img, n_txt, dtype, meta):
     )
 
 
+#: Wan 2.1 I2V's image context: the CLIP ViT-H/14 image encoder's 16 × 16 + 1 tokens, placed before the text in the
+#: cross-attention's stream (its blocks have ``added_kv_proj_dim``; the FLF2V variant, ``pos_embed_seq_len``, two images)
+WAN_IMAGE_TOKENS = 257
+
+
 def _wan(config, b, n_img, n_txt, dtype, meta):
     _, head_dim, d = _width(config)
+    if config.get("added_kv_proj_dim"):
+        n_txt += WAN_IMAGE_TOKENS * (2 if config.get("pos_embed_seq_len") else 1)
     rope = (torch.empty(1, n_img, 1, head_dim, **meta), torch.empty(1, n_img, 1, head_dim, **meta))
     return dict(
         hidden_states=torch.empty(b, n_img, d, dtype=dtype, **meta),

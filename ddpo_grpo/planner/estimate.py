@@ -1,7 +1,8 @@
 """The per-process memory of a training run, part by part (bytes), for one strategy and process count P.
 
 With T the trainable parameters (the LoRA factors, or the whole denoiser), kept in float32 (components.build_weights
-makes them so), W the denoiser's parameters and buffers, P the processes, b = train.batch_size:
+makes them so), W the denoiser's parameters and buffers (both experts of a two-expert model), P the processes,
+b = train.batch_size:
 
     weights      the denoiser: LoRA — the frozen base in the weight dtype (bf16 / fp16 under mixed precision, else
                  fp32) + 4·T; full fine-tuning — 4 bytes per element (trainable weights are float32)
@@ -10,12 +11,18 @@ makes them so), W the denoiser's parameters and buffers, P the processes, b = tr
     reference    train.beta > 0: none for LoRA with a "fixed" reference (the adapters switched off), else a float32
                  copy of the trainable weights, 4·T (reference.py)
     ema          train.ema: 4·T;  sampler: the lagging sampler (train.sampler_decay_rate > 0): 4·T
+    old policy   the forward objectives (awm / nft / rwr) without the lagging sampler: the epoch's weights before any
+                 update, snapshotted for v_old (updates.ForwardUpdate.prepare), 4·T
     ddp buckets  DDP with P > 1: the all-reduce buckets, another 4·T (gradient_as_bucket_view off, accelerate's default)
-    fsdp         the weights, gradients, optimizer, reference, EMA and sampler rows ÷ P (fully_shard shards every
-                 parameter of the denoiser, frozen ones too, and the states made from sharded parameters are
-                 sharded); "gathered" adds what is unsharded at a time: the root's own parameters and two blocks
-                 (the one computing and the one prefetched) in the compute dtype, or every parameter when
-                 reshard_after_forward is off; cpu_offload moves the sharded rows to host memory (0 here)
+    fsdp         the weights, gradients, optimizer, reference, EMA, sampler and old-policy rows ÷ P (fully_shard shards
+                 every parameter of the denoiser, frozen ones too, and the states made from sharded parameters are
+                 sharded). Gradients stay ÷ P over a step of several backward passes: sharding.no_sync leaves FSDP2's
+                 reduce-scatter on in every backward, each adding its result into the process's shard.
+                 "gathered": what is unsharded at a time, the root's own parameters and two blocks (the one
+                 computing and the one prefetched) in the compute dtype, or every parameter when
+                 reshard_after_forward is off. "grad in flight": the unit whose backward just ran holds its whole
+                 float32 gradient until its reduce-scatter, 4 × the largest block's trainable elements.
+                 cpu_offload moves the sharded rows to host memory (0 here)
     autocast     full fine-tuning under bf16/fp16 autocast without FSDP's mixed-precision policy: autocast keeps a
                  16-bit copy of each trainable weight for the backward, 2·T
     overlap      one backward pass per optimizer step (K trained steps × gradient_accumulation_steps = 1, K the
@@ -33,10 +40,36 @@ makes them so), W the denoiser's parameters and buffers, P the processes, b = tr
     encoders     the text encoders and VAE in the weight dtype; with sample.offload_encoders they are on the device
                  only while encoding / decoding (0 in the training phase, which is then compared with the encoding
                  phase: weights + states + store + encoders)
+    rewards      the reward models every process builds for the whole run (reward.fns, and the eval.reward scorers
+                 with eval.freq, a second instance even of a training reward), in their dtype (rewards.py)
+
+The peak is the largest of four phases:
+
+    training     the sum of the parts above
+    encoding     with offloaded encoders: the encoders back on the device, no activations or gradients
+    set-up       (the "load" phase) what loading leaves and passes through, as components.build_policy_for /
+                 build_weights load a pipeline (each component read in its dtype: the weight dtype, the trained
+                 denoiser in float32 for full fine-tuning; under FSDP the denoiser built on the meta device,
+                 sharded, and each process reading only its own shards' slices, ddpo_grpo/sharded_loading.py): the
+                 rewards + the encoders (with offloading, the largest one, moved back to the host after its cast) +
+                 the weights row (÷ P under FSDP) + the DDP buckets (allocated when DDP wraps the model) + the larger
+                 of the shadow copies made at the end (reference, EMA, sampler) and, under FSDP, the transient of
+                 the sharded read, bounded by one block (in the weight dtype; float32 for full fine-tuning)
+    swap         under FSDP, a forward with other weights swapped in (weights.swapped: the reference, the forward
+                 objectives' old policy, the EMA for evaluation, the lagging sampler for rollouts): the sharded
+                 trainable parameters are copied in place, their current values saved first, 4·T/P; the other
+                 parts of the step are held but no training activations (the swapped forward runs before the
+                 policy's own, under no_grad), nor gradients when one backward makes a step. Under DDP the swap
+                 exchanges .data pointers (no copy)
+
+Also reported, not part of the device peak: "host at set-up", each process's host memory while it loads — DDP: the
+pipeline read into host memory in its dtypes before it moves to the device (encoders + the weights row); FSDP: the
+frozen parts in their dtype, the LoRA factors created whole on the host before sharding (4·T), one block's read.
+On CPU processes host and device are the same memory (the set-up phase is what they measure).
 
 Not counted: the activations outside the blocks (embedders, final layer, the loss: ≪ one block's), the allocator's
-fragmentation and the CUDA context (≈ 0.5–1 GiB per GPU: keep that margin), temporary copies while swapping the
-reference or EMA in (one block's worth under FSDP).
+fragmentation and the CUDA context (≈ 0.5–1 GiB per GPU: keep that margin), a reward's own forward (no grad, one
+batch of sample.batch_size at the reward's resolution), the no-grad activations of a sampling or swapped forward.
 """
 
 from __future__ import annotations
@@ -55,6 +88,9 @@ class Estimate:
     processes: int
     parts: dict = field(default_factory=dict)
     encoding_phase: int = 0  # with offloaded encoders: the peak while they encode (else 0)
+    load_phase: int = 0  # set-up: loading, sharding, the shadow copies (module docstring)
+    swap_phase: int = 0  # under FSDP: a forward with other weights swapped in (else 0)
+    host_load: int = 0  # each process's host memory at set-up (informational; not in the device peak)
     per_sample_activation: int = 0  # the activations row's increase per train sample (CFG included)
     notes: list = field(default_factory=list)
 
@@ -66,15 +102,29 @@ class Estimate:
         return sum(self.parts.values())
 
     @property
+    def phases(self) -> dict:
+        """phase -> bytes: training, encoding, load, swap (0 where the phase does not occur)."""
+        return {
+            "training": self.training_phase,
+            "encoding": self.encoding_phase,
+            "load": self.load_phase,
+            "swap": self.swap_phase,
+        }
+
+    @property
     def peak(self) -> int:
-        return max(self.training_phase, self.encoding_phase)
+        return max(self.phases.values())
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=self.phases.get)
 
     def peak_for(self, batch: int) -> int:
         """The peak with train.batch_size = ``batch`` (the other parts as they are)."""
         rest = sum(v for k, v in self.parts.items() if k not in ("activations", "overlap"))
         act = self.parts.get("activations", 0) + (batch - self.batch) * self.per_sample_activation
         overlap = -min(act, self.parts.get("gradients", 0)) if self.overlap else 0
-        return max(rest + act + overlap, self.encoding_phase)
+        return max(rest + act + overlap, self.encoding_phase, self.load_phase, self.swap_phase)
 
     def largest_batch(self, memory: int) -> int:
         """The largest train.batch_size whose peak fits ``memory`` bytes (0 when even one sample does not fit)."""
@@ -94,10 +144,12 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
     t, s, d = config.train, config.sample, config.distributed
     p = max(int(processes), 1)
     sharded = strategy == "fsdp" and p > 1
+    offload = sharded and bool(d.cpu_offload)
     out = Estimate(strategy, p)
     trainable = model.lora_numel if t.use_lora else model.denoiser_params
     f32 = 4 * trainable
     weights = model.denoiser_bytes_weight_dtype + f32 if t.use_lora else 4 * model.denoiser_numel
+    forward_objective = t.objective != "grpo"
     states = {
         "weights": weights,
         "gradients": f32,
@@ -105,9 +157,9 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
         "reference": f32 if t.beta > 0 and not (t.use_lora and t.reference_update == "fixed") else 0,
         "ema": f32 if t.ema else 0,
         "sampler": f32 if t.sampler_decay_rate > 0 else 0,
+        "old policy": f32 if forward_objective and not t.sampler_decay_rate > 0 else 0,
     }
     if sharded:
-        offload = bool(d.cpu_offload)
         for k in states:
             states[k] = 0 if offload else -(-states[k] // p)
         if offload:
@@ -118,7 +170,8 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
     if sharded:
         compute = model.compute_itemsize
         gathered = model.denoiser_numel if not d.reshard_after_forward else model.root_numel + 2 * model.largest_block
-        out.parts["fsdp gathered"] = gathered * compute + 4 * model.largest_block_trainable
+        out.parts["fsdp gathered"] = gathered * compute
+        out.parts["fsdp grad in flight"] = 4 * model.largest_block_trainable
     elif not t.use_lora and config.mixed_precision in ("bf16", "fp16") and model.on_accelerator:
         out.parts["autocast copies"] = 2 * trainable
     cfg_train = t.objective == "grpo" and t.cfg and s.guidance_scale > 1
@@ -136,15 +189,46 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
         + 4 * model.sample_numel
     )
     out.parts["store"] = s.batch_size * s.num_batches_per_epoch * per_sample_store
+    rewards = model.rewards.bytes if model.rewards is not None else 0
     if s.offload_encoders:
         out.parts["encoders"] = 0
         out.encoding_phase = sum(
-            v for k, v in out.parts.items() if k not in ("activations", "gradients", "ddp buckets")
+            v for k, v in out.parts.items() if k not in ("activations", "overlap", "gradients", "ddp buckets")
         )
-        out.encoding_phase += model.encoder_bytes
+        out.encoding_phase += model.encoder_bytes + rewards
     else:
         out.parts["encoders"] = model.encoder_bytes
+    out.parts["rewards"] = rewards
+    out.load_phase, out.host_load = _set_up(model, config, out.parts, p if sharded else 1, offload)
+    swaps = out.parts["reference"] or forward_objective or t.ema or t.sampler_decay_rate > 0
+    if sharded and not offload and swaps:
+        held = {"activations", "overlap"} | ({"gradients"} if out.overlap else set())
+        out.swap_phase = sum(v for k, v in out.parts.items() if k not in held) + -(-f32 // p)
     return out
+
+
+def _set_up(model, config, parts: dict, shards: int, offload: bool) -> tuple[int, int]:
+    """(the set-up phase on the device, each process's host memory at set-up) with the denoiser in ``shards``
+    shards (1: not sharded): the module docstring's "set-up"."""
+    t = config.train
+    sharded = shards > 1
+    weight_itemsize = model.weight_itemsize
+    encoders = model.encoder_bytes
+    if config.sample.offload_encoders:  # each is moved to the device, cast, and moved back
+        encoders = max((n * weight_itemsize for _, n in model.encoders.values()), default=0)
+    block = model.largest_block * (weight_itemsize if t.use_lora else 4)
+    shadows = parts["reference"] + parts["ema"] + parts["sampler"]
+    transient = block if sharded else 0
+    device = parts["rewards"] + encoders + parts["weights"] + parts.get("ddp buckets", 0) + max(shadows, transient)
+    lora_factors = 4 * model.lora_numel if t.use_lora else 0
+    if sharded:
+        host = model.encoder_bytes + lora_factors + block
+        if offload:  # the sharded weights live on the host
+            whole = model.denoiser_bytes_weight_dtype + lora_factors if t.use_lora else 4 * model.denoiser_numel
+            host += -(-whole // shards)
+    else:
+        host = model.encoder_bytes + parts["weights"]
+    return device, host
 
 
 def backward_passes(config) -> int:

@@ -6,6 +6,12 @@ trains — every one for full fine-tuning; for LoRA the weights of the targeted 
 keep exactly what a LoRA adapter on them keeps (the layer's input, for the factor A; the r-wide A output is not
 counted) — and counts the blocks' activations (``activations.py``). LoRA parameters: r·(in + out) per targeted
 ``nn.Linear`` (peft's rule: a module whose name is a target or ends with "." + target).
+
+The denoiser is ``transformer`` (or ``unet``), and with Wan 2.2 A14B's two experts ``transformer`` + ``transformer_2``
+(``WanExperts``, ``ddpo_grpo/policies/wan.py``): both are held on the device and sharded, LoRA goes on the experts
+``sample.experts`` names ("" = both; full fine-tuning trains both), and the activations are one trained expert's, as
+every sample of a training forward runs through one expert (a minibatch straddling the boundary is split between
+them). The reward models come from ``rewards.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ from ddpo_grpo.components import WEIGHT_DTYPES
 from ddpo_grpo.memory import store_dtype
 from ddpo_grpo.planner import activations, meta, sources
 from ddpo_grpo.planner.geometry import geometry
+from ddpo_grpo.planner.rewards import RewardFacts, reward_facts
+
+#: the second expert of a two-expert denoiser (Wan 2.2 A14B), a denoiser beside ``transformer``
+SECOND_EXPERT = "transformer_2"
 
 
 @dataclass
@@ -44,6 +54,9 @@ class ModelFacts:
     image_tokens: int
     encoder_bytes: int
     encoders: dict  # name -> (class, elements)
+    denoisers: tuple = ("transformer",)  # the denoiser components (two experts: transformer, transformer_2)
+    largest_block_bytes: int = 0  # the largest block in the weight dtype (the sharded load's transient)
+    rewards: RewardFacts = None  # the reward models on each process's device
 
 
 def _adapter_defaults(pipeline_class: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -84,6 +97,22 @@ def _trainable(block: torch.nn.Module, targets, rank: int, lora: bool) -> int:
     return rank * sum(m.in_features + m.out_features for m in linears)
 
 
+def denoiser_names(names) -> tuple[str, ...]:
+    """The denoiser components among a pipeline's component ``names``: ``transformer`` (with ``transformer_2``, a
+    second expert, when present) or ``unet``."""
+    if "transformer" in names:
+        return ("transformer", SECOND_EXPERT) if SECOND_EXPERT in names else ("transformer",)
+    return ("unet",) if "unet" in names else ()
+
+
+def trained_denoisers(config, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The denoisers the run trains: for LoRA on two experts the one ``sample.experts`` names ("" = both)."""
+    experts = str(getattr(config.sample, "experts", "") or "")
+    if config.train.use_lora and len(names) > 1 and experts in names:
+        return (experts,)
+    return names
+
+
 def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
     import json
     from pathlib import Path
@@ -98,49 +127,56 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
     t = config.train
     weight_dtype = WEIGHT_DTYPES[config.mixed_precision]
     comps = sources.components(directory)
-    names = [c[0] for c in comps]
-    denoiser_name = "transformer" if "transformer" in names else "unet"
-    encoders, encoder_bytes = {}, 0
-    denoiser = None
+    names = denoiser_names([c[0] for c in comps])
+    if not names:
+        raise sources.ConfigError(f"{directory}: no transformer or unet in model_index.json")
+    trained = trained_denoisers(config, names)
+    encoders, encoder_bytes, denoisers = {}, 0, {}
     for name, library, cls in comps:
         module = meta.build(directory, name, library, cls)
-        if name == denoiser_name:
-            denoiser = module
+        if name in names:
+            denoisers[name] = module
             continue
         encoders[name] = (cls, meta.numel(module))
         encoder_bytes += meta.nbytes(module, weight_dtype)
         del module
-    if denoiser is None:
-        raise sources.ConfigError(f"{directory}: no transformer or unet in model_index.json")
-    blocks = blocks_of(denoiser, shard_blocks) if shard_blocks else []
-    block_ids = {id(p) for b in blocks for p in b.parameters()}
     targets = tuple(t.lora_target_modules) or lora_defaults
-    lora = 0
-    denoiser.requires_grad_(not t.use_lora)
-    if t.use_lora:
-        for name, module in denoiser.named_modules():
-            if isinstance(module, torch.nn.Linear) and _targeted(name, targets):
-                lora += t.lora_rank * (module.in_features + module.out_features)
-                module.weight.requires_grad_(True)
-    numel = meta.numel(denoiser)
+    lora, blocks, counted, trainable_sizes = 0, [], [], []
+    for name, denoiser in denoisers.items():
+        own = blocks_of(denoiser, shard_blocks) if shard_blocks else []
+        blocks += own
+        train = name in trained
+        trainable_sizes += [_trainable(b, targets, t.lora_rank, t.use_lora) if train else 0 for b in own]
+        denoiser.requires_grad_(train and not t.use_lora)
+        if t.use_lora and train:
+            for module_name, module in denoiser.named_modules():
+                if isinstance(module, torch.nn.Linear) and _targeted(module_name, targets):
+                    lora += t.lora_rank * (module.in_features + module.out_features)
+                    module.weight.requires_grad_(True)
+        if train and not counted:
+            counted = own  # the activations: one trained expert's blocks (module docstring)
+    block_ids = {id(p) for b in blocks for p in b.parameters()}
+    numel = sum(meta.numel(d) for d in denoisers.values())
+    params = sum(sum(p.numel() for p in d.parameters()) for d in denoisers.values())
+    weights_bytes = sum(meta.nbytes(d, weight_dtype) for d in denoisers.values())
+    first = denoisers[trained[0]]
     geo = geometry(directory, config.sample)
     compute = weight_dtype  # the dtype the blocks compute in (autocast / FSDP's bf16 policy; fp32 without)
-    weights_bytes = meta.nbytes(denoiser, weight_dtype)
-    _cast(denoiser, compute)  # on meta: the blocks' linear layers then compute (and keep their inputs) in that dtype
-    acts = activations.count(blocks, denoiser.config, geo.image_tokens, geo.text_tokens, compute)
+    for denoiser in denoisers.values():
+        _cast(denoiser, compute)  # on meta: the blocks' linear layers then compute (and keep their inputs) in it
+    acts = activations.count(counted, first.config, geo.image_tokens, geo.text_tokens, compute)
     sizes = [meta.numel(b) for b in blocks] or [0]
-    trainable_sizes = [_trainable(b, targets, t.lora_rank, t.use_lora) for b in blocks] or [0]
-    root = numel - sum(p.numel() for p in denoiser.parameters() if id(p) in block_ids)
+    root = numel - sum(p.numel() for d in denoisers.values() for p in d.parameters() if id(p) in block_ids)
     return ModelFacts(
         pipeline=pipeline,
-        denoiser_class=type(denoiser).__name__,
+        denoiser_class=type(first).__name__,
         denoiser_numel=numel,
-        denoiser_params=sum(p.numel() for p in denoiser.parameters()),
+        denoiser_params=params,
         denoiser_bytes_weight_dtype=weights_bytes,
         lora_numel=lora,
         root_numel=root,
         largest_block=max(sizes),
-        largest_block_trainable=max(trainable_sizes),
+        largest_block_trainable=max(trainable_sizes or [0]),
         num_blocks=len(blocks),
         compute_itemsize=compute.itemsize,
         weight_itemsize=weight_dtype.itemsize,
@@ -154,4 +190,7 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
         image_tokens=geo.image_tokens,
         encoder_bytes=encoder_bytes,
         encoders=encoders,
+        denoisers=tuple(denoisers),
+        largest_block_bytes=max(sizes) * weight_dtype.itemsize,
+        rewards=reward_facts(config),
     )

@@ -11,13 +11,22 @@ ORDER = (
     "reference",
     "ema",
     "sampler",
+    "old policy",
     "ddp buckets",
     "fsdp gathered",
+    "fsdp grad in flight",
     "autocast copies",
     "activations",
     "overlap",
     "store",
     "encoders",
+    "rewards",
+)
+#: the phases besides training, as the table names them (estimate.py's module docstring)
+PHASES = (
+    ("encoding", "encoding phase (offloaded encoders)"),
+    ("load", "set-up phase (loading, sharding)"),
+    ("swap", "swap phase (other weights swapped in)"),
 )
 
 
@@ -45,10 +54,10 @@ def table(plan) -> str:
     for part in ORDER:
         if any(e.parts.get(part) for e in ests):
             lines.append(f"| {part} | " + " | ".join(gib(e.parts.get(part, 0)) for e in ests) + " |")
-    if any(e.encoding_phase for e in ests):
-        lines.append(
-            "| encoding phase (offloaded encoders) | " + " | ".join(gib(e.encoding_phase) for e in ests) + " |"
-        )
+    lines.append("| training phase | " + " | ".join(gib(e.training_phase) for e in ests) + " |")
+    for phase, label in PHASES:
+        if any(e.phases[phase] for e in ests):
+            lines.append(f"| {label} | " + " | ".join(gib(e.phases[phase]) for e in ests) + " |")
     lines.append("| **peak** | " + " | ".join(f"**{gib(e.peak)}**" for e in ests) + " |")
     lines.append(
         f"| fits {plan.memory / GIB:.0f} GiB | "
@@ -56,6 +65,7 @@ def table(plan) -> str:
         + " |"
     )
     lines.append("| largest train.batch_size | " + " | ".join(largest(plan, e) for e in ests) + " |")
+    lines.append("| host memory at set-up (not in the peak) | " + " | ".join(gib(e.host_load) for e in ests) + " |")
     return "\n".join(lines)
 
 
@@ -70,6 +80,17 @@ def header(plan) -> str:
         f"activations per sample: {gib(a.per_sample)} GiB ({gib(a.checkpointed_per_sample)} with checkpointing)"
         + (f"; not modelled: {', '.join(a.unmodelled)}" if a.unmodelled else ""),
     ]
+    r = f.rewards
+    if r is not None and (r.models or r.unmodelled):
+        lines.append(
+            "rewards on the device: "
+            + "; ".join(
+                f"{name} ({role}): {model} {n / 1e9:.3f} B in {dtype}" for role, name, model, n, dtype in r.models
+            )
+            + (f"; not modelled: {', '.join(r.unmodelled)}" if r.unmodelled else "")
+        )
+    if len(f.denoisers) > 1:
+        lines.append(f"denoisers: {' + '.join(f.denoisers)} (two experts, both held; activations of one)")
     if a.per_class:
         lines.append(
             "per block and sample: "
@@ -82,10 +103,13 @@ def header(plan) -> str:
 
 
 def summary(plan, estimate) -> str:
-    """``memory plan (fsdp × 8, 80 GiB): peak 41.3 GiB per process = weights 2.9 + … ; largest train.batch_size 6``."""
+    """``memory plan (fsdp × 8): peak 41.3 GiB per process (training phase; set-up 12.1 GiB, swap 14.0 GiB);
+    training = weights 2.9 GiB + …; fits 80 GiB, largest train.batch_size 6``."""
     parts = " ".join(f"{'−' if v < 0 else '+'} {k} {size(abs(v))}" for k in ORDER if (v := estimate.parts.get(k)))
     if plan.facts.activations.unmodelled:
         parts += f" (activations of {', '.join(plan.facts.activations.unmodelled)} not modelled)"
+    if plan.facts.rewards is not None and plan.facts.rewards.unmodelled:
+        parts += f" (rewards not modelled: {', '.join(plan.facts.rewards.unmodelled)})"
     parts = parts[2:] if parts.startswith("+ ") else parts
     fits = ""
     if plan.memory:
@@ -93,8 +117,14 @@ def summary(plan, estimate) -> str:
             f"; {'fits' if estimate.peak <= plan.memory else 'does NOT fit'} {plan.memory / GIB:.0f} GiB, "
             f"largest train.batch_size {largest(plan, estimate)}"
         )
-    enc = f" (encoding phase {size(estimate.encoding_phase)})" if estimate.encoding_phase else ""
+    others = "".join(
+        f", {phase} {size(estimate.phases[phase])}"
+        for phase, _ in PHASES
+        if estimate.phases[phase] and phase != estimate.peak_phase
+    )
+    if estimate.peak_phase != "training":
+        others = f", training {size(estimate.training_phase)}" + others
     return (
-        f"memory plan ({estimate.strategy} × {estimate.processes}): peak {size(estimate.peak)} per process{enc} = "
-        f"{parts}{fits}"
+        f"memory plan ({estimate.strategy} × {estimate.processes}): peak {size(estimate.peak)} per process "
+        f"({estimate.peak_phase} phase{others}); training = {parts}{fits}"
     )
