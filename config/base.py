@@ -81,7 +81,12 @@ def get_config():
     sample.resolution = 512  # image side in pixels (multiple of the VAE downsampling factor)
     # (generic denoisers ignore sample.resolution and sample.max_sequence_length: their sample shape is the
     # pipeline's sample_shape, their text length the tokenizer's)
-    sample.max_sequence_length = 256  # text tokens for SD3's T5 slot (zeros when the pipeline has no T5)
+    # Text tokens of the encoders that take a length (FLUX's and SD3's T5, Qwen-Image's Qwen2.5-VL, Z-Image's Qwen3,
+    # Wan's UMT5; SD3's T5 slot is zeros when the pipeline has no T5); CLIP-only families (SD, SDXL) always use 77.
+    # 0 = the family's pipeline default, read from its __call__ (policies.base.pipeline_text_length: FLUX.1 / Kontext,
+    # Qwen-Image(-Edit), Z-Image, Wan 512; SD3 256). Recipes set their source's length (Flow-GRPO encodes 128 for
+    # SD3 and FLUX; docs/recipes.md).
+    sample.max_sequence_length = 0
     # ---- family-specific sampling (ddpo_grpo/policies/, docs/models.md; families without the feature ignore them)
     # video families (Wan): frames per video in pixels, 4k + 1 for Wan's causal VAE; 0 = the family's default (81)
     sample.num_frames = 0
@@ -107,6 +112,12 @@ def get_config():
     # the stored transition is the one the policy drew; train/logp_mismatch grows with the rounding (docs/scaling.md
     # has the measured values per dtype).
     sample.store_dtype = "float32"
+    # The VAE's dtype: "auto" | "fp32" | "bf16" | "fp16". "auto" = the checkpoint's rule: the weight dtype of the frozen
+    # modules (mixed_precision), except float32 where the weights are float16 and the VAE's config says force_upcast
+    # in a family whose pipeline honours it (SDXL, whose VAE overflows in float16: black / NaN images). Decoding casts
+    # the latents to it and runs outside autocast. Flow-GRPO keeps the SD3, FLUX.1-dev, Qwen-Image(-Edit/-Plus) and Wan
+    # VAEs in float32 (their recipes here set "fp32"); its Kontext trainer and Flow-Factory use the weight dtype.
+    sample.vae_dtype = "auto"
     # Move the text encoders (and the VAE) to the accelerator only while they run: the epoch's prompt embeddings are
     # computed once at its start, then the encoders go back to the CPU; the VAE comes to the accelerator to decode.
     # Saves their memory for the denoiser's training at the cost of two host transfers per epoch. Off: all stay put.

@@ -17,13 +17,20 @@ import torch
 from ddpo_grpo.policies.base import Policy, Schedule
 from ddpo_grpo.sde import FLOW_KERNELS, Step, check_flow_args, flow_forward, flow_sde_step
 
+#: the line's ends where the scheduler config omits them: (base_image_seq_len, max_image_seq_len, base_shift,
+#: max_shift) as diffusers' FLUX.1, Kontext, Qwen-Image(-Edit/-Plus) and Z-Image pipelines fall back (0.42:
+#: ``scheduler.config.get("max_shift", 1.15)`` in each ``__call__``), also FlowMatchEulerDiscreteScheduler's own
+#: defaults. (SD3's pipeline writes 1.16 there, but its scheduler's config always carries max_shift, so the
+#: fallback never applies to it.)
+SHIFT_FALLBACKS = {"base_image_seq_len": 256, "max_image_seq_len": 4096, "base_shift": 0.5, "max_shift": 1.15}
+
 
 def calculate_shift(seq_len: int, config) -> float:
     """μ of dynamic shifting: linear in the image token count between (base_image_seq_len, base_shift) and
     (max_image_seq_len, max_shift) of the scheduler config (SD3 §5.3.2, the resolution-dependent shift; the
-    same line diffusers' SD3 and FLUX pipelines draw)."""
-    base_len, max_len = config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096)
-    base_shift, max_shift = config.get("base_shift", 0.5), config.get("max_shift", 1.16)
+    same line diffusers' SD3 and FLUX pipelines draw), each end falling back as the pipelines do
+    (``SHIFT_FALLBACKS``)."""
+    base_len, max_len, base_shift, max_shift = (config.get(k, v) for k, v in SHIFT_FALLBACKS.items())
     slope = (max_shift - base_shift) / (max_len - base_len)
     return seq_len * slope + (base_shift - slope * base_len)
 
