@@ -96,6 +96,10 @@ def get_config():
     # two-expert models (Wan 2.2 A14B): which expert LoRA trains: "" = both, "transformer" (high noise) or
     # "transformer_2" (low noise); full fine-tuning (train.use_lora=False) trains both
     sample.experts = ""
+    # two-expert models (Wan 2.2 A14B): the classifier-free guidance w of the low-noise expert (transformer_2, the
+    # steps with t < boundary_ratio·1000), diffusers' guidance_scale_2; None or 0 = sample.guidance_scale. CFG runs
+    # for both experts when sample.guidance_scale > 1 (as in the pipeline); refused on a one-transformer pipeline
+    sample.guidance_scale_2 = ml_collections.config_dict.placeholder(float)
     # editing families that resize source images to a pixel area (Qwen-Image-Edit(-Plus): 1024·1024 for the
     # latent): that area in pixels; 0 = the pipeline's own. Smaller is cheaper but not what the model was trained on
     sample.source_pixels = 0
@@ -189,6 +193,12 @@ def get_config():
     train.timestep_fraction = 1.0  # fraction of each sample's stochastic steps that are trained
     train.timestep_selection = "first"  # "first" ⌈fraction·S⌉ steps | "random" subset per sample
     train.shuffle_steps = True  # permute each sample's trained steps every inner epoch (as ddpo-pytorch)
+    # "grpo", flow kernels: the weight of each trained step's policy term. "none"; "std_over_dt" = s_j / Δσ_j, the
+    # transition's std over its σ decrement (= g/√Δσ for the flow_grpo and dance kernels, s = g·√Δσ): flow_grpo's Wan
+    # trainer (scripts/train_wan2_1.py, `policy_loss * std_dev_t / dt` with its dt = √Δσ). It rescales each step's
+    # gradient to velocity units, the same order at every step size and noise level (derivation: updates.step_weight);
+    # the ratio and its clip are unchanged, the KL term is not weighted
+    train.policy_step_weight = "none"
     train.cfg = True  # "grpo": use CFG in the training forward (must match sampling for an exact on-policy ratio)
     # "grpo" with CFG: "keep" = the exact gradient through both branches; "detach" = none through the
     # unconditional branch (Flow-GRPO's choice; the value, hence the ratio, is unchanged)

@@ -13,11 +13,11 @@ process per epoch, two optimizer steps per epoch (train batch 8, no accumulation
 advantages, an EMA, bf16, the VAE in float32, 512 UMT5 tokens, LoRA r = 32 / α = 64 on the attention projections. Its
 240 × 416 videos are square here: 240 × 240 (sample.resolution; a multiple of 16). Its reward (video OCR) is not
 shipped: ``redness`` stands in (frame-wise mean; replace with your video reward). Its trainer samples Wan with its own
-SDE (std σ_min + (σ_max − σ_min)·σ, no noise level); the policy uses Flow-GRPO's SDE at the noise level 0.7
-(ddpo_grpo/policies/wan.py).
+SDE (std σ_min + (σ_max − σ_min)·σ, no noise level); the policy uses Flow-GRPO's SDE at the noise level 0.7 on the
+checkpoint's own UniPC σ grid (ddpo_grpo/policies/wan.py).
 t2v_a14b follows Flow-Factory's ``wan22/t2v.yaml``: Wan-AI/Wan2.2-T2V-A14B-Diffusers (``transformer`` high noise,
 ``transformer_2`` low noise), 480 px, 5 frames, 10 steps (28 for evaluation), guidance 4.0 on the high-noise expert
-and 3.0 on the low-noise one (``sample.guidance_scale_2``, pending: one scale for both until that knob lands), ONE
+and 3.0 on the low-noise one (``sample.guidance_scale_2``), ONE
 SDE step per rollout (noise level 0.9) drawn from steps 1 … 3 and trained, groups of 16, 48 prompts = 768 videos
 per epoch, two optimizer steps per epoch, no KL, PPO clip 1e-4 per latent dimension, lr 1e-4, LoRA r = 64 / α = 128
 on both experts' attention and feed-forward, PickScore frame-wise.
@@ -79,7 +79,7 @@ def t2v():
     return config
 
 
-def _flow_factory_a14b(model: str, num_steps: int, guidance: float, window_range: tuple, experts: str):
+def _flow_factory_a14b(model: str, num_steps: int, guidance: float, guidance_2, window_range: tuple, experts: str):
     """Flow-Factory's Wan 2.2 A14B GRPO LoRA recipe: 768 videos / (P × 1 per batch) = 768/P batches per process, two
     optimizer steps per epoch (384 videos each), one trained SDE step per video."""
     config = base_config()
@@ -89,7 +89,8 @@ def _flow_factory_a14b(model: str, num_steps: int, guidance: float, window_range
     config.pretrained.model = model
     s = config.sample
     s.resolution, s.num_frames, s.num_steps, s.eval_num_steps = 480, 5, num_steps, 28
-    s.guidance_scale = guidance
+    s.guidance_scale = guidance  # the high-noise expert's CFG w
+    s.guidance_scale_2 = guidance_2  # the low-noise expert's (None = guidance)
     s.kernel, s.noise_level = "flow_grpo", 0.9
     s.sde_window_size, s.sde_window_range = 1, window_range
     s.max_sequence_length = 0  # the pipeline's default (512)
@@ -107,19 +108,23 @@ def _flow_factory_a14b(model: str, num_steps: int, guidance: float, window_range
     t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
     t.lora_target_modules = A14B_LORA_TARGETS
     t.ema = True
+    # each sample's steps in order (flow_grpo's Wan trainer keeps them so too): a minibatch column then holds one
+    # expert's steps on every process (training passes 1.8x faster than shuffled steps on the tiny two-expert Wan, 2 CPU
+    # processes: docs/experiments/2026-11-27-wan-grid-guidance-experts.md)
+    t.shuffle_steps = False
     config.reward.fns = {"pickscore": 1.0}
     config.reward.frame_reduction = "mean"
     return config
 
 
 def t2v_a14b():
-    """Wan 2.2 T2V A14B (two experts, both LoRA'd): 10 steps, guidance 4.0 (3.0 on the low-noise expert, pending)."""
-    return _flow_factory_a14b("Wan-AI/Wan2.2-T2V-A14B-Diffusers", 10, 4.0, (1, 3), "")
+    """Wan 2.2 T2V A14B (two experts, both LoRA'd): 10 steps, guidance 4.0 (3.0 on the low-noise expert)."""
+    return _flow_factory_a14b("Wan-AI/Wan2.2-T2V-A14B-Diffusers", 10, 4.0, 3.0, (1, 3), "")
 
 
 def i2v():
     """Wan 2.2 I2V A14B (two experts, the high-noise one LoRA'd) on rows with a first frame (source_image)."""
-    config = _flow_factory_a14b("Wan-AI/Wan2.2-I2V-A14B-Diffusers", 8, 3.5, (1, 1), "transformer")
+    config = _flow_factory_a14b("Wan-AI/Wan2.2-I2V-A14B-Diffusers", 8, 3.5, None, (1, 1), "transformer")
     config.prompts.source = "shapes_edit_train"  # replace with your rows (a .jsonl with source_image)
     return config
 

@@ -80,6 +80,7 @@ class PolicySettings:
     distilled_guidance:   the guidance-embedding input of guidance-distilled models (FLUX.1-dev, Kontext)
     experts:              two-expert models (Wan 2.2): the expert(s) LoRA trains, "" = all, or one pipeline
                           attribute ("transformer" = high noise, "transformer_2" = low noise)
+    guidance_scale_2:     two-expert models (Wan 2.2): the low-noise expert's CFG w; None / 0 = the guidance scale
     source_pixels:        editing families that resize source images to a pixel area (Qwen-Image-Edit): that
                           area; 0 = the pipeline's own (1024·1024)
     vae_dtype:            the VAE's dtype (``VAE_DTYPES``): "auto" = the checkpoint's rule (``Policy.vae_dtype``)
@@ -95,6 +96,7 @@ class PolicySettings:
     source_root: str | None = None
     distilled_guidance: float = 3.5
     experts: str = ""
+    guidance_scale_2: float | None = None
     source_pixels: int = 0
     vae_dtype: str = "auto"
 

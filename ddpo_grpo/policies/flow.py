@@ -6,8 +6,9 @@ and dynamic shifting apply as in diffusers); the transition is one of the stocha
 deterministic Euler ODE into a Gaussian policy with the same marginals (noise level 0 = the ODE itself).
 
 A family adapter subclasses ``FlowPolicy`` and provides conditioning, the denoiser call and decoding; with
-dynamic shifting it may override ``image_seq_len`` (the token count that sets the shift μ), and
-``pipeline_sigmas`` when its pipeline hands the scheduler its own σ grid.
+dynamic shifting it may override ``image_seq_len`` (the token count that sets the shift μ), ``pipeline_sigmas`` when
+its pipeline hands the scheduler its own σ grid, and ``sampling_sigmas`` when its checkpoint ships another scheduler
+whose σ grid FlowMatchEuler does not draw (Wan's UniPC).
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ class FlowPolicy(Policy):
         ``linspace(1, σ_min, T)``; FLUX, Qwen-Image and Z-Image pass ``linspace(1, 1/T, T)``, see ``linear_sigmas``)."""
         return None
 
+    def sampling_sigmas(self, num_steps: int) -> torch.Tensor | None:
+        """The grid σ_0 … σ_T [T + 1] sampled as it is (no shift applied here), for a family whose checkpoint ships a
+        scheduler with a grid of its own (Wan: UniPC); None = the flow scheduler's (its shift, ``pipeline_sigmas``)."""
+        return None
+
     def image_seq_len(self) -> int:
         """Image tokens the denoiser sees, for dynamic shifting (patchified latent: (h / p)·(w / p))."""
         _, h, w = self.latent_shape()[-3:]
@@ -71,8 +77,15 @@ class FlowPolicy(Policy):
 
     def schedule(self, num_steps):
         """σ_0 = 1 > σ_1 > … > σ_T = 0 from the scheduler (shifted; μ from ``image_seq_len`` with dynamic
-        shifting); the denoiser sees t = 1000·σ."""
+        shifting), or the family's own grid (``sampling_sigmas``); the denoiser sees t = 1000·σ."""
         sched = self.scheduler
+        grid = self.sampling_sigmas(num_steps)
+        if grid is not None:
+            grid = grid.float()  # [T + 1]
+            return Schedule(
+                timesteps=grid[:-1] * sched.config.num_train_timesteps,  # as FlowMatchEuler given these σ's
+                kernel_args={"sigma": grid[:-1].clone(), "sigma_next": grid[1:].clone()},
+            )
         kwargs = {}
         if sched.config.get("use_dynamic_shifting", False):
             kwargs["mu"] = calculate_shift(self.image_seq_len(), sched.config)
