@@ -81,7 +81,12 @@ def get_config():
     sample.resolution = 512  # image side in pixels (multiple of the VAE downsampling factor)
     # (generic denoisers ignore sample.resolution and sample.max_sequence_length: their sample shape is the
     # pipeline's sample_shape, their text length the tokenizer's)
-    sample.max_sequence_length = 256  # text tokens for SD3's T5 slot (zeros when the pipeline has no T5)
+    # Text tokens of the encoders that take a length (FLUX's and SD3's T5, Qwen-Image's Qwen2.5-VL, Z-Image's Qwen3,
+    # Wan's UMT5; SD3's T5 slot is zeros when the pipeline has no T5); CLIP-only families (SD, SDXL) always use 77.
+    # 0 = the family's pipeline default, read from its __call__ (policies.base.pipeline_text_length: FLUX.1 / Kontext,
+    # Qwen-Image(-Edit), Z-Image, Wan 512; SD3 256). Recipes set their source's length (Flow-GRPO encodes 128 for
+    # SD3 and FLUX; docs/recipes.md).
+    sample.max_sequence_length = 0
     # ---- family-specific sampling (ddpo_grpo/policies/, docs/models.md; families without the feature ignore them)
     # video families (Wan): frames per video in pixels, 4k + 1 for Wan's causal VAE; 0 = the family's default (81)
     sample.num_frames = 0
@@ -91,6 +96,10 @@ def get_config():
     # two-expert models (Wan 2.2 A14B): which expert LoRA trains: "" = both, "transformer" (high noise) or
     # "transformer_2" (low noise); full fine-tuning (train.use_lora=False) trains both
     sample.experts = ""
+    # two-expert models (Wan 2.2 A14B): the classifier-free guidance w of the low-noise expert (transformer_2, the
+    # steps with t < boundary_ratio·1000), diffusers' guidance_scale_2; None or 0 = sample.guidance_scale. CFG runs
+    # for both experts when sample.guidance_scale > 1 (as in the pipeline); refused on a one-transformer pipeline
+    sample.guidance_scale_2 = ml_collections.config_dict.placeholder(float)
     # editing families that resize source images to a pixel area (Qwen-Image-Edit(-Plus): 1024·1024 for the
     # latent): that area in pixels; 0 = the pipeline's own. Smaller is cheaper but not what the model was trained on
     sample.source_pixels = 0
@@ -107,6 +116,12 @@ def get_config():
     # the stored transition is the one the policy drew; train/logp_mismatch grows with the rounding (docs/scaling.md
     # has the measured values per dtype).
     sample.store_dtype = "float32"
+    # The VAE's dtype: "auto" | "fp32" | "bf16" | "fp16". "auto" = the checkpoint's rule: the weight dtype of the frozen
+    # modules (mixed_precision), except float32 where the weights are float16 and the VAE's config says force_upcast
+    # in a family whose pipeline honours it (SDXL, whose VAE overflows in float16: black / NaN images). Decoding casts
+    # the latents to it and runs outside autocast. Flow-GRPO keeps the SD3, FLUX.1-dev, Qwen-Image(-Edit/-Plus) and Wan
+    # VAEs in float32 (their recipes here set "fp32"); its Kontext trainer and Flow-Factory use the weight dtype.
+    sample.vae_dtype = "auto"
     # Move the text encoders (and the VAE) to the accelerator only while they run: the epoch's prompt embeddings are
     # computed once at its start, then the encoders go back to the CPU; the VAE comes to the accelerator to decode.
     # Saves their memory for the denoiser's training at the cost of two host transfers per epoch. Off: all stay put.
@@ -178,6 +193,12 @@ def get_config():
     train.timestep_fraction = 1.0  # fraction of each sample's stochastic steps that are trained
     train.timestep_selection = "first"  # "first" ⌈fraction·S⌉ steps | "random" subset per sample
     train.shuffle_steps = True  # permute each sample's trained steps every inner epoch (as ddpo-pytorch)
+    # "grpo", flow kernels: the weight of each trained step's policy term. "none"; "std_over_dt" = s_j / Δσ_j, the
+    # transition's std over its σ decrement (= g/√Δσ for the flow_grpo and dance kernels, s = g·√Δσ): flow_grpo's Wan
+    # trainer (scripts/train_wan2_1.py, `policy_loss * std_dev_t / dt` with its dt = √Δσ). It rescales each step's
+    # gradient to velocity units, the same order at every step size and noise level (derivation: updates.step_weight);
+    # the ratio and its clip are unchanged, the KL term is not weighted
+    train.policy_step_weight = "none"
     train.cfg = True  # "grpo": use CFG in the training forward (must match sampling for an exact on-policy ratio)
     # "grpo" with CFG: "keep" = the exact gradient through both branches; "detach" = none through the
     # unconditional branch (Flow-GRPO's choice; the value, hence the ratio, is unchanged)

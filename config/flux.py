@@ -4,16 +4,20 @@
     python scripts/train.py --config config/flux.py:kontext --config.prompts.source=edits.jsonl
     python scripts/train.py --config config/flux.py:tiny          # the tiny offline FLUX (tests, smoke runs)
 
-pickscore follows Flow-GRPO's ``pickscore_flux`` (its ``config/grpo.py``): black-forest-labs/FLUX.1-dev at 512 px,
-6 SDE steps per training rollout (28 for evaluation), the distilled guidance 3.5 in one pass (no true CFG), flow_grpo
-noise level 0.9, groups of 24, 48 prompts = 1152 images per epoch, two optimizer steps per epoch, every step but the
-last trained (timestep_fraction 0.99 of 6 → 5 there, ⌈5/6 · 6⌉ = 5 here), no KL (β = 0), advantages over the whole
-epoch's std (global_std), an EMA of the weights, bf16; the base config's lr 3e-4, PPO clip 1e-4 per latent dimension
-(here × d = 16·64·64 per sample). LoRA r = 32 / α = 64 on the attention projections is ours (the recipe file does not
-state it). ``kontext`` follows ``counting_flux_kontext``: FLUX.1-Kontext-dev, distilled guidance 2.5, groups of 21 (48
-prompts × 21 = 1008 images), the same sampling; its rewards (GenEval counting 0.5 + image similarity 0.5) are not
-shipped here, so it trains ``clip_score`` 0.5 + ``ssim`` to the row's ``ground_truth`` 0.5 on rows with a
-``source_image`` (set prompts.source). Per-process numbers come from the process count (config/sd3.py's helpers).
+pickscore follows Flow-GRPO's ``pickscore_flux`` (its ``config/grpo.py``) and ``scripts/train_flux.py``:
+black-forest-labs/FLUX.1-dev at 512 px, 6 SDE steps per training rollout (28 for evaluation), the distilled guidance
+3.5 in one pass (no true CFG), flow_grpo noise level 0.9, groups of 24, 48 prompts = 1152 images per epoch, two
+optimizer steps per epoch, every step but the last trained (timestep_fraction 0.99 of 6 → 5 there, ⌈5/6 · 6⌉ = 5
+here), no KL (β = 0), advantages over the whole epoch's std (global_std), an EMA of the weights, bf16; the base
+config's lr 3e-4, PPO clip 1e-4 per latent dimension (here × d = 16·64·64 per sample). From the trainer: 128 T5
+tokens (FLUX attends to T5's padding, so the length changes the samples), LoRA r = 64 / α = 128 on the attention
+projections and both feed-forwards (``ff``, ``ff_context``), the VAE in float32. ``kontext`` follows
+``counting_flux_kontext`` and ``scripts/train_flux_kontext.py``: FLUX.1-Kontext-dev, distilled guidance 2.5, groups of
+21 (48 prompts × 21 = 1008 images), the same sampling and text length, LoRA also on ``proj_mlp``, the VAE in the
+weight dtype (that trainer's choice); its rewards (GenEval counting 0.5 + image similarity 0.5) are not shipped
+here, so it trains ``clip_score`` 0.5 + ``ssim`` to the row's ``ground_truth`` 0.5 on rows with a ``source_image``
+(set prompts.source). Every number beside its source, and the departures: docs/recipes.md. Per-process numbers come
+from the process count (config/sd3.py's helpers).
 """
 
 from config.base import get_config as base_config
@@ -21,9 +25,27 @@ from config.sd3 import set_epoch_size, set_optimizer_batch
 from config.tiny import tiny_family
 
 LATENT_DIMS_512 = 16 * 64 * 64  # FLUX.1's latent at 512 px: 16 channels × 64 × 64
+#: Flow-GRPO's LoRA targets for FLUX.1-dev (scripts/train_flux.py): the joint attention's projections and both
+#: feed-forwards; Kontext's trainer adds the single blocks' ``proj_mlp``
+LORA_TARGETS = (
+    "attn.to_k",
+    "attn.to_q",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_k_proj",
+    "attn.add_q_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+    "ff.net.0.proj",
+    "ff.net.2",
+    "ff_context.net.0.proj",
+    "ff_context.net.2",
+)
 
 
-def _flow_grpo_flux(model: str, distilled_guidance: float, group_size: int, images_per_epoch: int):
+def _flow_grpo_flux(
+    model: str, distilled_guidance: float, group_size: int, images_per_epoch: int, lora_targets: tuple, vae_dtype: str
+):
     config = base_config()
     config.num_epochs = 100000  # run until stopped by hand (as Flow-GRPO)
     config.save_freq = 30
@@ -38,7 +60,8 @@ def _flow_grpo_flux(model: str, distilled_guidance: float, group_size: int, imag
     s.kernel = "flow_grpo"
     s.noise_level = 0.9
     s.group_size = group_size
-    s.max_sequence_length = 512  # FLUX.1-dev's T5 length
+    s.max_sequence_length = 128  # Flow-GRPO's FLUX trainers encode 128 T5 tokens (the pipeline's default is 512)
+    s.vae_dtype = vae_dtype
     s.batch_size = 3  # Flow-GRPO's train_batch_size
     set_epoch_size(config, images_per_epoch)
     t = config.train
@@ -49,21 +72,24 @@ def _flow_grpo_flux(model: str, distilled_guidance: float, group_size: int, imag
     t.adv_mode = "global_std"
     t.beta = 0.0
     t.timestep_fraction = 5 / 6
-    t.use_lora, t.lora_rank, t.lora_alpha = True, 32, 64.0
+    t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
+    t.lora_target_modules = lora_targets
     t.ema = True
     return config
 
 
 def pickscore():
     """FLUX.1-dev on PickScore: 1152 images / (P × 3 per batch) = 384/P batches per process; 2 optimizer steps."""
-    config = _flow_grpo_flux("black-forest-labs/FLUX.1-dev", 3.5, 24, 48 * 24)
+    config = _flow_grpo_flux("black-forest-labs/FLUX.1-dev", 3.5, 24, 48 * 24, LORA_TARGETS, "fp32")
     config.reward.fns = {"pickscore": 1.0}
     return config
 
 
 def kontext():
     """FLUX.1 Kontext-dev on an editing set (rows with source_image and ground_truth): 1008 images per epoch."""
-    config = _flow_grpo_flux("black-forest-labs/FLUX.1-Kontext-dev", 2.5, 21, 48 * 21)
+    config = _flow_grpo_flux(
+        "black-forest-labs/FLUX.1-Kontext-dev", 2.5, 21, 48 * 21, (*LORA_TARGETS, "proj_mlp"), "auto"
+    )
     config.reward.fns = {"clip_score": 0.5, "ssim": 0.5}
     config.prompts.source = "shapes_edit_train"  # replace with your edits (a .jsonl of rows with source_image)
     return config

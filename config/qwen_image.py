@@ -5,17 +5,21 @@
     python scripts/train.py --config config/qwen_image.py:tiny         # tiny offline variants: tiny, tiny_edit,
                                                                        # tiny_edit_plus
 
-pickscore follows ``pickscore_qwenimage``: Qwen/Qwen-Image at 512 px, 10 steps per training rollout (50 for
-evaluation), true CFG 4 (with Qwen-Image's norm-preserving rescale), groups of 16, 32 prompts = 512 images per epoch,
-two optimizer steps per epoch, Flow-GRPO-Fast: only a window of 2 steps is stochastic (noise level 1.2) and trained,
-its start in the first half (Flow-GRPO's (0, num_steps // 2) with an exclusive end for the whole window = starts 0…3
-here), β = 0, global_std advantages, no EMA, bf16, LoRA; the base config's lr 3e-4 and PPO clip 1e-4 per latent
-dimension (× d = 16·64·64 here). LoRA r = 32 / α = 64 (on the attention projections and the image MLP) is ours.
-edit follows ``counting_qwenimage_edit`` (Qwen/Qwen-Image-Edit, every step stochastic at noise level 1.0, no window);
-edit_plus ``repairany_qwenimage_edit_plus_fast`` (Qwen/Qwen-Image-Edit-2509, groups of 4, a window of 4 at noise level
-0.9). Their rewards (GenEval counting 0.8 + image similarity 0.2; RepairAny's) are not shipped: these train
-``clip_score`` 0.8 + ``ssim`` to the row's ground_truth 0.2 on rows with a ``source_image`` (prompts.source).
-Qwen-Image-Edit sizes a source's latent at 1024·1024 pixels (its pipeline's rule; sample.source_pixels lowers it).
+pickscore follows ``pickscore_qwenimage`` and ``scripts/train_qwenimage.py``: Qwen/Qwen-Image at 512 px, 10 steps per
+training rollout (50 for evaluation), true CFG 4 (with Qwen-Image's norm-preserving rescale) against the negative
+prompt " ", groups of 16, 32 prompts = 512 images per epoch, two optimizer steps per epoch, Flow-GRPO-Fast: only a
+window of 2 steps is stochastic (noise level 1.2) and trained, its start in the first half (Flow-GRPO's
+(0, num_steps // 2) with an exclusive end for the whole window = starts 0…3 here), β = 0, global_std advantages, no
+EMA, bf16, the VAE in float32, LoRA r = 64 / α = 128 on the attention projections and both streams' MLPs; the base
+config's lr 3e-4 and PPO clip 1e-4 per latent dimension (× d = 16·64·64 here); the pipeline's text length (512).
+edit follows ``counting_qwenimage_edit`` (Qwen/Qwen-Image-Edit, noise level 1.0, no Fast window: Flow-GRPO then makes
+steps 0 … T−2 stochastic and trains them, the last step deterministic — here a window of T−1 steps starting at 0;
+sources at the pipeline's 1024·1024 pixels); edit_plus ``repairany_qwenimage_edit_plus_fast`` and
+``scripts/train_qwenimage_edit_plus.py`` (Qwen/Qwen-Image-Edit-2509, groups of 4, 32 prompts = 128 images per
+epoch, a window of 4 at noise level 0.9, sources at 512·512 pixels: its sampler's ``calculate_dimensions(512*512)``).
+Their rewards (GenEval counting 0.8 + image similarity 0.2) are not shipped: these train ``clip_score`` 0.8 +
+``ssim`` to the row's ground_truth 0.2 on rows with a ``source_image`` (prompts.source). Every number beside its
+source, and the departures: docs/recipes.md.
 """
 
 from config.base import get_config as base_config
@@ -23,9 +27,27 @@ from config.sd3 import set_epoch_size, set_optimizer_batch
 from config.tiny import tiny_family
 
 LATENT_DIMS_512 = 16 * 64 * 64  # Qwen-Image's latent at 512 px: 16 channels × 64 × 64
+#: Flow-GRPO's LoRA targets for the Qwen-Image family (scripts/train_qwenimage*.py): the joint attention's
+#: projections and both streams' MLPs
+LORA_TARGETS = (
+    "attn.to_k",
+    "attn.to_q",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_k_proj",
+    "attn.add_q_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+    "img_mlp.net.0.proj",
+    "img_mlp.net.2",
+    "txt_mlp.net.0.proj",
+    "txt_mlp.net.2",
+)
 
 
-def _flow_grpo_qwen(model: str, group_size: int, images_per_epoch: int, noise_level: float, window: int):
+def _flow_grpo_qwen(
+    model: str, group_size: int, images_per_epoch: int, noise_level: float, window: int, window_range: tuple | None
+):
     config = base_config()
     config.num_epochs = 100000  # run until stopped by hand (as Flow-GRPO)
     config.save_freq = 30
@@ -36,9 +58,11 @@ def _flow_grpo_qwen(model: str, group_size: int, images_per_epoch: int, noise_le
     s.guidance_scale = 4.0
     s.kernel, s.noise_level = "flow_grpo", noise_level
     s.group_size = group_size
-    s.max_sequence_length = 512  # the pipeline's default text length
+    s.negative_prompt = " "  # Flow-GRPO's Qwen trainers pass " " as the negative prompt
+    s.max_sequence_length = 0  # the pipeline's default text length (512), as Flow-GRPO's samplers
+    s.vae_dtype = "fp32"  # Flow-GRPO's Qwen trainers keep the VAE in float32
     s.sde_window_size = window
-    s.sde_window_range = (0, s.num_steps // 2 - window) if window else None
+    s.sde_window_range = window_range
     s.batch_size = 4  # Flow-GRPO's train_batch_size
     set_epoch_size(config, images_per_epoch)
     t = config.train
@@ -48,28 +72,37 @@ def _flow_grpo_qwen(model: str, group_size: int, images_per_epoch: int, noise_le
     t.clip_range = 1e-4 * LATENT_DIMS_512
     t.adv_mode = "global_std"
     t.beta = 0.0
-    t.use_lora, t.lora_rank, t.lora_alpha = True, 32, 64.0
+    t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
+    t.lora_target_modules = LORA_TARGETS
     return config
+
+
+def _fast_window(num_steps: int, window: int) -> tuple:
+    """Flow-GRPO-Fast's window starts: (0, num_steps // 2) with an exclusive end for the whole window, inclusive here."""
+    return (0, num_steps // 2 - window)
 
 
 def pickscore():
     """Qwen-Image on PickScore: 512 images / (P × 4 per batch) = 128/P batches per process; 2 optimizer steps."""
-    config = _flow_grpo_qwen("Qwen/Qwen-Image", 16, 32 * 16, 1.2, 2)
+    config = _flow_grpo_qwen("Qwen/Qwen-Image", 16, 32 * 16, 1.2, 2, _fast_window(10, 2))
     config.reward.fns = {"pickscore": 1.0}
     return config
 
 
 def edit():
-    """Qwen-Image-Edit on an editing set (rows with source_image and ground_truth): 512 images per epoch."""
-    config = _flow_grpo_qwen("Qwen/Qwen-Image-Edit", 16, 32 * 16, 1.0, 0)
+    """Qwen-Image-Edit on an editing set (rows with source_image and ground_truth): 512 images per epoch; steps
+    0 … 8 of 10 stochastic and trained, the last deterministic (Flow-GRPO's window (0, T − 1) without Fast)."""
+    config = _flow_grpo_qwen("Qwen/Qwen-Image-Edit", 16, 32 * 16, 1.0, 10 - 1, (0, 0))
     config.reward.fns = {"clip_score": 0.8, "ssim": 0.2}
     config.prompts.source = "shapes_edit_train"  # replace with your edits (a .jsonl of rows with source_image)
     return config
 
 
 def edit_plus():
-    """Qwen-Image-Edit-2509 (Edit-Plus; rows may give several source images): groups of 4, 512 images per epoch."""
-    config = _flow_grpo_qwen("Qwen/Qwen-Image-Edit-2509", 4, 32 * 16, 0.9, 4)
+    """Qwen-Image-Edit-2509 (Edit-Plus; rows may give several source images): groups of 4, 128 images per epoch, sources
+    at 512·512 pixels."""
+    config = _flow_grpo_qwen("Qwen/Qwen-Image-Edit-2509", 4, 32 * 4, 0.9, 4, _fast_window(10, 4))
+    config.sample.source_pixels = 512 * 512  # Flow-GRPO's Edit-Plus sampler: calculate_dimensions(512 * 512, ...)
     config.reward.fns = {"clip_score": 0.8, "ssim": 0.2}
     config.prompts.source = "shapes_edit_train"
     return config

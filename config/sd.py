@@ -12,7 +12,8 @@ needs groups, so here each prompt gets 4 images (64 prompts per epoch) and train
 pools a prompt's rewards across epochs as ddpo-pytorch's stat tracker does.
 
 Per-process numbers are derived from the process count P (WORLD_SIZE); see config/sd3.py for the
-helpers and for what a command-line override of a batch size then requires.
+helpers and for what a command-line override of a batch size then requires. Every number beside its source, and the
+departures: docs/recipes.md.
 """
 
 from config.base import get_config as base_config

@@ -3,10 +3,12 @@
     python scripts/train.py --config config/sd3.py:pickscore
     accelerate launch --num_processes 8 scripts/train.py --config config/sd3.py:pickscore_fast
 
-Recipe shared by every experiment here (values from Flow-GRPO's published ``config/grpo.py``):
-10 SDE steps per training rollout (40 ODE steps for evaluation), CFG 4.5, 512 px, group of 24 images
-per prompt, 48 prompts = 1152 images per epoch, two optimizer steps per epoch, LoRA r=32 / α=64,
-lr 3e-4, PPO clip 1e-4, KL β·KL(π_θ ‖ π_ref) to the base model.
+Recipe shared by every experiment here (values from Flow-GRPO's published ``config/grpo.py`` and
+``scripts/train_sd3.py``): 10 SDE steps per training rollout (40 ODE steps for evaluation), CFG 4.5, 512 px, group
+of 24 images per prompt, 48 prompts = 1152 images per epoch, two optimizer steps per epoch, 128 T5 tokens, LoRA
+r=32 / α=64 on the joint attention's projections (``attn.*``, not SD3.5's second attention ``attn2``), the VAE in
+float32, lr 3e-4, PPO clip 1e-4, KL β·KL(π_θ ‖ π_ref) to the base model. Every number beside its source, and the
+departures (bf16 where Flow-GRPO's base config leaves fp16; the EMA's schedule): docs/recipes.md.
 
 No GPU count is written down: the GLOBAL sizes (images per epoch, images per optimizer step) are fixed
 and the per-process numbers are derived from the process count P, read from WORLD_SIZE (set by
@@ -25,6 +27,17 @@ from config.base import get_config as base_config
 
 FLOW_GRPO_IMAGES_PER_EPOCH = 48 * 24  # 48 prompts × group of 24 = 1152
 FLOW_GRPO_IMAGES_PER_STEP = FLOW_GRPO_IMAGES_PER_EPOCH // 2  # two optimizer steps per epoch
+#: Flow-GRPO's LoRA targets for SD3.5 (scripts/train_sd3.py, train_sd3_fast.py): the joint attention's projections
+LORA_TARGETS = (
+    "attn.add_k_proj",
+    "attn.add_q_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+    "attn.to_k",
+    "attn.to_out.0",
+    "attn.to_q",
+    "attn.to_v",
+)
 
 
 # ---- helpers: per-process numbers from global sizes -------------------------------------------
@@ -111,6 +124,7 @@ def _flow_grpo(reward_name: str):
     s.group_size = 24
     # Flow-GRPO encodes prompts with 128 T5 tokens (its train_sd3.py), not diffusers' default 256.
     s.max_sequence_length = 128
+    s.vae_dtype = "fp32"  # Flow-GRPO's train_sd3.py keeps the VAE in float32
     # 9 per process is Flow-GRPO's value: with 1152 = 2^7 × 9 images per epoch and 576 = 2^6 × 9 per
     # optimizer step, every power-of-two P up to 64 divides both.
     # 1152 images / (P × 9 per batch) = 128/P batches per process.
@@ -140,6 +154,7 @@ def _flow_grpo(reward_name: str):
     t.use_lora = True
     t.lora_rank = 32
     t.lora_alpha = 64.0
+    t.lora_target_modules = LORA_TARGETS
     t.ema = True  # logged samples and the export use the EMA weights, as Flow-GRPO's evaluation does
 
     config.reward.fns = {reward_name: 1.0}
@@ -163,17 +178,17 @@ def pickscore():
 
 
 def pickscore_fast():
-    """Flow-GRPO-Fast on PickScore (Flow-GRPO's fast recipes, e.g. geneval_sd3_fast_nocfg, on a reward
-    registered here).
+    """Flow-GRPO-Fast on PickScore: Flow-GRPO's ``pickscore_sd3_fast_nocfg`` (with ``scripts/train_sd3_fast.py``).
 
     Only a window of 3 consecutive steps, placed at random among the first half of the 10-step
     schedule, is stochastic and trained; the other 7 are deterministic ODE steps. CFG is off, so every
-    step is one denoiser pass. With beta 0 there is no reference forward either.
-    1152 images / (P × 9 per batch) = 128/P batches per process; 2 optimizer steps per epoch, each
-    over K = 3 transitions per sample instead of 9.
+    step is one denoiser pass. With beta 0 there is no reference forward either. Groups of 18:
+    64 prompts × 18 = 1152 images / (P × 9 per batch) = 128/P batches per process; 2 optimizer steps per
+    epoch, each over K = 3 transitions per sample instead of 9.
     """
     config = pickscore()
     s, t = config.sample, config.train
+    s.group_size = 18  # 64 prompts × 18 = 1152 images per epoch
     s.sde_window_size = 3
     # Window start ∈ {0, 1, 2} (inclusive): the window stays inside steps 0..4, the noisy first half.
     # Flow-GRPO writes this as (0, num_steps // 2) with an exclusive end for the whole window.

@@ -1,43 +1,65 @@
-"""GRPO on Z-Image (Tongyi-MAI/Z-Image-Turbo): Flow-GRPO's SD3 PickScore recipe (config/sd3.py) with Z-Image's sampling.
+"""GRPO on Z-Image-Turbo: Flow-Factory's recipe (github.com/X-GenGroup/Flow-Factory,
+``examples/grpo/lora/z_image_turbo/default.yaml``).
 
     python scripts/train.py --config config/zimage.py:pickscore
     python scripts/train.py --config config/zimage.py:tiny      # the tiny offline Z-Image (tests, smoke runs)
 
-No GRPO recipe for Z-Image is published that we know of. This keeps Flow-GRPO's ``pickscore_sd3`` (groups of 24, 48
-prompts = 1152 images per epoch, two optimizer steps per epoch, flow_grpo noise level 0.7, β = 0.01, global_std
-advantages, an EMA, LoRA r = 32 / α = 64, lr 3e-4, PPO clip 1e-4 per latent dimension, × d = 16·64·64 at 512 px) and
-takes from Z-Image-Turbo's own usage what differs: 8 sampling steps and no CFG (guidance 1: the Turbo model is
-distilled), its scheduler's shift 3 (read from the checkpoint).
+pickscore follows that file: Tongyi-MAI/Z-Image-Turbo at 512 px, bf16, 6 steps per training rollout (10 for
+evaluation), no CFG (its guidance 0 is the pipeline's g; ours is w = 1 + g = 1: the Turbo model is distilled),
+Flow-GRPO's SDE at noise level 0.7 on ONE step per rollout, drawn from steps 1 … 3 (its ``num_sde_steps: 1``,
+``sde_steps: [1, 2, 3]``; the others are ODE steps), that step trained; groups of 16, 48 prompts = 768 images per
+epoch, two optimizer steps per epoch, per-group advantages (``global_std: false``), no KL (β = 0), PPO clip 1e-4 per
+latent dimension (× d = 16·64·64 here), advantages clipped to ±5, AdamW lr 3e-4 with weight decay 1e-4, an EMA,
+LoRA r = 64 / α = 128 on Flow-Factory's default Z-Image targets (the attention projections and the SwiGLU
+feed-forward ``w1``, ``w2``, ``w3``), the pipeline's text length (512), the VAE in the weight dtype (Flow-Factory
+casts every frozen component to it). The scheduler's shift (3) is the checkpoint's. Every number beside its source,
+and the departures (the EMA's schedule): docs/recipes.md.
 """
 
 from config.base import get_config as base_config
-from config.sd3 import FLOW_GRPO_IMAGES_PER_EPOCH, FLOW_GRPO_IMAGES_PER_STEP, set_epoch_size, set_optimizer_batch
+from config.sd3 import set_epoch_size, set_optimizer_batch
 from config.tiny import tiny_family
+
+IMAGES_PER_EPOCH = 48 * 16  # Flow-Factory's unique_sample_num_per_epoch × group_size
+LATENT_DIMS_512 = 16 * 64 * 64  # Z-Image's latent at 512 px: 16 channels × 64 × 64
+#: Flow-Factory's default LoRA targets for Z-Image (src/flow_factory/models/z_image/z_image.py)
+LORA_TARGETS = (
+    "attention.to_k",
+    "attention.to_q",
+    "attention.to_v",
+    "attention.to_out.0",
+    "feed_forward.w1",
+    "feed_forward.w2",
+    "feed_forward.w3",
+)
 
 
 def pickscore():
-    """1152 images / (P × 9 per batch) = 128/P batches per process; 2 optimizer steps per epoch."""
+    """768 images / (P × 8 per batch) = 96/P batches per process; 2 optimizer steps per epoch, each over one trained
+    step per sample."""
     config = base_config()
-    config.num_epochs = 100000
-    config.save_freq = 60
+    config.num_epochs = 100000  # run until stopped by hand (Flow-Factory: no max_epochs)
+    config.save_freq = 40
     config.mixed_precision = "bf16"
     config.pretrained.model = "Tongyi-MAI/Z-Image-Turbo"
     s = config.sample
-    s.resolution, s.num_steps, s.eval_num_steps = 512, 8, 8
-    s.guidance_scale = 1.0  # Turbo: no CFG
+    s.resolution, s.num_steps, s.eval_num_steps = 512, 6, 10
+    s.guidance_scale = 1.0  # Turbo: no CFG (Flow-Factory's guidance_scale 0 is the pipeline's g; w = 1 + g)
     s.kernel, s.noise_level = "flow_grpo", 0.7
-    s.group_size, s.batch_size = 24, 9
-    s.max_sequence_length = 512
-    set_epoch_size(config, FLOW_GRPO_IMAGES_PER_EPOCH)
+    s.sde_window_size, s.sde_window_range = 1, (1, 3)  # one SDE step, at step 1, 2 or 3
+    s.group_size, s.batch_size = 16, 8
+    s.max_sequence_length = 0  # the pipeline's default (512), as Flow-Factory's encoder
+    set_epoch_size(config, IMAGES_PER_EPOCH)
     t = config.train
-    t.batch_size = 9
-    set_optimizer_batch(config, FLOW_GRPO_IMAGES_PER_STEP)
+    t.batch_size = 8
+    set_optimizer_batch(config, IMAGES_PER_EPOCH // 2)
     t.learning_rate = 3e-4
-    t.clip_range = 1e-4 * 16 * 64 * 64
-    t.adv_mode = "global_std"
-    t.beta = 0.01
-    t.kl_estimator = "flow_grpo"
-    t.use_lora, t.lora_rank, t.lora_alpha = True, 32, 64.0
+    t.clip_range = 1e-4 * LATENT_DIMS_512
+    t.adv_clip_max = 5.0
+    t.adv_mode = "zscore"
+    t.beta = 0.0
+    t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
+    t.lora_target_modules = LORA_TARGETS
     t.ema = True
     config.reward.fns = {"pickscore": 1.0}
     return config

@@ -205,8 +205,9 @@ def build_weights(config, policy, acc) -> Weights:
     for module in policy.frozen_modules():
         module.requires_grad_(False)
         module.eval()
-        if weight_dtype != torch.float32:
-            module.to(dtype=weight_dtype)
+        dtype = policy.frozen_dtype(module, weight_dtype)  # the VAE's: sample.vae_dtype ("auto": the checkpoint's)
+        if dtype != torch.float32 or weight_dtype != torch.float32:
+            module.to(dtype=dtype)
         if config.sample.offload_encoders:  # on the device only while they run (memory.resident)
             module.to("cpu")
     denoiser = policy.denoiser

@@ -15,6 +15,7 @@ from ddpo_grpo.advantages import ADVANTAGE_MODES
 from ddpo_grpo.errors import ConfigError
 from ddpo_grpo.heldout import scorer_kwargs, scorer_names
 from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
+from ddpo_grpo.policies.base import VAE_DTYPES
 from ddpo_grpo.sde import BOUNDED_NOISE, FLOW_KERNELS, KERNELS
 
 REFERENCE_UPDATES = ("fixed", "hard", "soft")
@@ -143,6 +144,8 @@ def validate(config, num_processes: int = 1) -> dict:
         p.append("train.reference_mix_alpha must be in [0, 1] and train.ema_decay in [0, 1)")
     _choice(p, "reward.aggregation", config.reward.aggregation, ("reward", "advantage"))
     _choice(p, "sample.store_dtype", s.store_dtype, STORE_DTYPES)
+    _choice(p, "sample.vae_dtype", s.get("vae_dtype", "auto"), tuple(VAE_DTYPES))
+    _positive(p, "sample.max_sequence_length", s.get("max_sequence_length", 0), allow_zero=True)
     d = config.distributed
     _choice(p, "distributed.strategy", d.strategy, STRATEGIES)
     if d.cpu_offload and d.strategy != "fsdp":

@@ -221,8 +221,7 @@ def sample_rollout(
         latents.append(x.to(store_dtype))
         log_probs.append(step.log_prob)
         stochastic.append(step.std.flatten() > 0)
-    with autocast():
-        samples = policy.decode(x)
+    samples = policy.decode(x)  # outside autocast: the VAE computes in its own dtype (sample.vae_dtype)
     stochastic = torch.stack(stochastic, dim=1)  # [B, T]
     train_steps, train_mask = plan.train_steps(stochastic, rng)
     return Rollout(

@@ -6,7 +6,8 @@ an updater turns one minibatch of samples into gradients and per-sample statisti
 * ``TransitionUpdate`` ("grpo"): every trained transition x_j → x_{j+1} stored by the rollout is
   re-scored (the same ``policy.predict`` + ``policy.step`` calls the sampler made), and the PPO clipped
   surrogate of its log-probability ratio to the stored one is back-propagated, one denoising step at
-  a time (+ β·KL to the reference). The trust region is per sample (``losses.clipped_surrogate``).
+  a time (+ β·KL to the reference), each step's policy term weighted by ``train.policy_step_weight``
+  (``step_weight``). The trust region is per sample (``losses.clipped_surrogate``).
 * ``ForwardUpdate`` ("awm", "nft", "rwr"): the rollout's FINAL samples are noised again at
   ``train.forward_timesteps`` levels u per sample (``policy.forward_process``) and the objective of
   ``losses.FORWARD_OBJECTIVES`` compares the model's conditional prediction there with the pretraining
@@ -39,6 +40,26 @@ from ddpo_grpo.weights import snapshot, swapped
 ADVANTAGE_LINEAR = ("grpo", "awm")
 #: noise levels of the forward process are kept inside (U_EPS, 1 − U_EPS)
 U_EPS = 1e-3
+#: values of train.policy_step_weight
+STEP_WEIGHTS = ("none", "std_over_dt")
+
+
+def step_weight(std: torch.Tensor, args: dict) -> torch.Tensor:
+    """w_j = s_j / Δσ_j per sample [B], "std_over_dt" of ``train.policy_step_weight`` (flow_grpo's Wan trainer).
+
+    Derivation. A flow-kernel step is x_{j+1} ~ N(μ_θ, s² I) with Δσ = σ_j − σ_{j+1} > 0 and, for the flow_grpo and
+    dance kernels, s = g·√Δσ and μ_θ = a·x_j − c·Δσ·v_θ (kernels/flow.py, step 6; c = 1 + g²(1 − σ)/(2σ)).
+    1. The log-prob averaged over the d latent dimensions has the gradient
+       ∇ log π = (1/d) Σ_i (x_{j+1} − μ)_i / s² · ∇μ_i = −(c·Δσ / s²)·(1/d) Σ_i (x_{j+1} − μ)_i ∇v_i.
+    2. At a sampled transition x_{j+1} − μ = s·ε, so ∇ log π = −(c·Δσ / s)·(1/d) Σ_i ε_i ∇v_i = −(c·√Δσ / g)·(…):
+       a step's score shrinks with its size √Δσ and with its noise g.
+    3. Weighting its surrogate by w = s / Δσ = g / √Δσ leaves −c·(1/d) Σ_i ε_i ∇v_i: every step's gradient in
+       velocity units, of one order whatever the step size and noise level.
+    flow_grpo multiplies its step's loss by std_dev_t / √Δσ (its minibatch holds one step; here w is per sample). w is
+    a constant of the step (no gradient through it); deterministic steps (s = 0) get w = 0.
+    """
+    dt = (args["sigma"] - args["sigma_next"]).float().clamp_min(1e-12)  # [B]
+    return std.detach().float().reshape(len(dt), -1)[:, 0] / dt  # [B]
 
 
 @dataclass(frozen=True)
@@ -55,6 +76,7 @@ class UpdateSettings:
     gradient_accumulation_steps: int = 1
     guidance_scale: float = 1.0  # of the re-scored transitions: sample.guidance_scale with train.cfg, else 1
     detach_uncond: bool = False  # train.cfg_uncond_grad == "detach"
+    policy_step_weight: str = "none"
     forward_timesteps: int = 4
     forward_time: str = "uniform"
     nft_beta: float = 1.0
@@ -75,6 +97,7 @@ class UpdateSettings:
             gradient_accumulation_steps=t.gradient_accumulation_steps,
             guidance_scale=config.sample.guidance_scale if t.cfg else 1.0,
             detach_uncond=t.cfg_uncond_grad == "detach",
+            policy_step_weight=t.policy_step_weight,
             forward_timesteps=t.forward_timesteps,
             forward_time=t.forward_time,
             nft_beta=t.nft_beta,
@@ -157,8 +180,19 @@ class TransitionUpdate:
     name = "grpo"
 
     def __init__(self, ctx: UpdateContext):
+        from ddpo_grpo.sde import FLOW_KERNELS
+
         self.ctx = ctx
         self.kl_fn = kl_estimator(ctx.settings.kl_estimator)
+        weight = ctx.settings.policy_step_weight
+        if weight not in STEP_WEIGHTS:
+            raise ValueError(f"train.policy_step_weight={weight!r} must be one of {list(STEP_WEIGHTS)}")
+        if weight != "none" and ctx.policy.kernel not in FLOW_KERNELS:
+            raise ValueError(
+                f"train.policy_step_weight={weight!r} weighs flow-kernel steps by s / Δσ; sample.kernel="
+                f"{ctx.policy.kernel!r} has no σ: use 'none'"
+            )
+        self.weighted = weight != "none"
 
     def prepare(self, epoch: int, rollout: Rollout, advantages: torch.Tensor) -> None:
         """Nothing to prepare: the stored transitions are all this objective needs."""
@@ -203,6 +237,8 @@ class TransitionUpdate:
                 step = ctx.policy.step(out, x, args, levels, prev_sample=x_next)
                 old = batch.log_probs[rows, j]  # [B]
                 policy_term, info = clipped_surrogate(step.log_prob, old, adv, st.clip_range, dims)
+                if self.weighted:
+                    policy_term = policy_term * step_weight(step.std, args)
                 loss = policy_term
                 if ref_step is not None:
                     dt = args["sigma"] - args["sigma_next"] if "sigma" in args else None
@@ -338,4 +374,5 @@ __all__ = [
     "UpdateContext",
     "UpdateSettings",
     "make_update",
+    "step_weight",
 ]

@@ -17,14 +17,24 @@ import os
 from ddpo_grpo.planner import GIB, Plan, estimate, model_dir, model_facts, report
 
 RECIPES = (
-    ("FLUX.1-dev, `config/flux.py:pickscore` (LoRA r 32, 512 px, bs 3, EMA)", "flux", "pickscore", {}),
     (
-        "SD3.5-Medium, `config/sd3.py:pickscore` (LoRA r 32, 512 px, bs 9, CFG 4.5 in training, KL β 0.04)",
+        "FLUX.1-dev, `config/flux.py:pickscore` (LoRA r 64 with the feed-forwards, 512 px, 128 text tokens, bs 3, EMA)",
+        "flux",
+        "pickscore",
+        {},
+    ),
+    (
+        "SD3.5-Medium, `config/sd3.py:pickscore` (LoRA r 32, 512 px, bs 9, CFG 4.5 in training, KL β 0.01)",
         "sd3",
         "pickscore",
         {},
     ),
-    ("Qwen-Image, `config/qwen_image.py:pickscore` (LoRA r 32, 512 px, bs 4, CFG 4)", "qwen_image", "pickscore", {}),
+    (
+        "Qwen-Image, `config/qwen_image.py:pickscore` (LoRA r 64 with both MLPs, 512 px, bs 4, CFG 4)",
+        "qwen_image",
+        "pickscore",
+        {},
+    ),
     (
         "Wan 2.1 T2V 14B, `config/wan.py:t2v --config.pretrained.model=Wan-AI/Wan2.1-T2V-14B-Diffusers` (LoRA r 32, "
         "33 frames of 240², bs 8, CFG 4.5)",

@@ -12,7 +12,7 @@ from tests.test_configs import experiments
 FAMILY_CONFIGS = {
     "config.flux": {"pickscore", "kontext", "tiny", "tiny_kontext"},
     "config.qwen_image": {"pickscore", "edit", "edit_plus", "tiny", "tiny_edit", "tiny_edit_plus"},
-    "config.wan": {"t2v", "i2v", "tiny", "tiny_i2v"},
+    "config.wan": {"t2v", "t2v_a14b", "i2v", "tiny", "tiny_i2v"},
     "config.sdxl": {"aesthetic", "tiny"},
     "config.zimage": {"pickscore", "tiny"},
 }

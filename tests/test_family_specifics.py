@@ -1,5 +1,5 @@
 """What the adapter test kit does not cover because only one family has it: Wan 2.2's expert routing and per-expert
-LoRA, a UniPC-shipping Wan, Qwen-Image-Edit-Plus with several source images, FLUX's distilled guidance, the source-row
+LoRA, a FlowMatchEuler-shipping Wan, Qwen-Image-Edit-Plus with several source images, FLUX's distilled guidance, the source-row
 check with file and line, and the refusal of an unsupported pipeline class."""
 
 import json
@@ -79,11 +79,12 @@ def test_wan_lora_on_one_expert_exports_and_loads_it(built, tmp_path, one_thread
         build_policy(load_pipeline(path), resolution=32, num_frames=5, experts="transformer_3")
 
 
-def test_wan_shipping_unipc_samples_on_euler_with_its_flow_shift(built, one_thread):
+def test_wan_shipping_flow_match_euler_samples_its_own_shift(built, one_thread):
+    """(A Wan shipping UniPC samples UniPC's own σ grid: tests/test_wan.py.)"""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    policy = build_policy(load_pipeline(built("wan", scheduler="unipc")), resolution=32, num_frames=5)
-    assert type(policy.pipeline.scheduler).__name__ == "UniPCMultistepScheduler"
+    policy = build_policy(load_pipeline(built("wan", scheduler="euler")), resolution=32, num_frames=5)
+    assert type(policy.pipeline.scheduler).__name__ == "FlowMatchEulerDiscreteScheduler"
     reference = FlowMatchEulerDiscreteScheduler(shift=3.0)
     reference.set_timesteps(6)
     np.testing.assert_allclose(

@@ -1,7 +1,7 @@
 """The token and latent sizes of one sample, from the pipeline's configs and the sample.* settings.
 
 Per family (``model_index.json`` ``_class_name``), with f = the VAE's spatial factor (2^(levels − 1)), r =
-sample.resolution, L = sample.max_sequence_length:
+sample.resolution, L = sample.max_sequence_length (0: the pipeline's default, ``policies.base.pipeline_text_length``):
 
     FLUX.1 / Kontext   image tokens (r/f/2)² (2×2 packing; Kontext × 2: the source image's tokens join), text L
     SD3 / SD3.5        image tokens (r/f/p)² (p = the transformer's patch), text 77 (CLIP) + L (T5)
@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from ddpo_grpo.policies.base import pipeline_text_length
 
 #: pipeline class -> family key
 FAMILIES = {
@@ -73,7 +75,7 @@ def geometry(directory: Path, sample) -> Geometry:
     patch = patch[-1] if isinstance(patch, (list, tuple)) else patch
     patch = 2 if family in ("flux",) else patch  # FLUX packs 2×2 latent patches (its own patch_size is 1)
     image_tokens = frames * (side // patch) ** 2 * (2 if pipeline in EDITING else 1)
-    length = int(sample.max_sequence_length)
+    length = int(sample.max_sequence_length) or pipeline_text_length(pipeline)  # 0 = the pipeline's default
     text_tokens = 77 + length if family == "sd3" else length
     text_width = dcfg.get("joint_attention_dim") or dcfg.get("text_dim") or dcfg.get("cross_attention_dim") or 0
     pixels = 3 * r * r * (int(getattr(sample, "num_frames", 0) or VIDEO_DEFAULT_FRAMES) if family == "wan" else 1)

@@ -38,13 +38,39 @@ import torch
 
 from ddpo_grpo.sde import BOUNDED_NOISE, DEFAULT_NOISE_LEVELS, DIFFUSION_KERNELS, FLOW_KERNELS, KERNELS, Step
 
+#: ``sample.vae_dtype`` -> the VAE's dtype ("auto": ``Policy.vae_dtype`` decides)
+VAE_DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: the text length of pipelines whose ``__call__`` takes none: CLIP's 77 tokens (SD 1.x / 2.x, SDXL, InstructPix2Pix)
+CLIP_TEXT_LENGTH = 77
+
+
+def pipeline_text_length(pipeline_class) -> int:
+    """The text length a pipeline class encodes by default: the ``max_sequence_length`` default of its ``__call__``
+    (diffusers 0.42: FLUX.1 / Kontext, Qwen-Image(-Edit/-Plus), Z-Image, Wan 2.1 / 2.2 512; SD3 256), or CLIP's 77 for
+    pipelines without one. ``pipeline_class``: a class or the name of a diffusers pipeline class (``model_index.json``
+    ``_class_name``). What ``sample.max_sequence_length = 0`` means: one source of truth, the pipeline's own."""
+    import inspect
+
+    if isinstance(pipeline_class, str):
+        import diffusers
+
+        pipeline_class = getattr(diffusers, pipeline_class, None)
+    try:
+        parameter = inspect.signature(pipeline_class.__call__).parameters.get("max_sequence_length")
+    except (AttributeError, TypeError, ValueError):  # no class, or no signature to read: no text-length parameter
+        parameter = None
+    if parameter is None or not isinstance(parameter.default, int):
+        return CLIP_TEXT_LENGTH
+    return int(parameter.default)
+
 
 @dataclass(frozen=True)
 class PolicySettings:
     """What an adapter reads from the config (``sample.*``), built once (``from_config``).
 
     resolution:           image side in pixels; 0 = the pipeline's native size (families without pixels ignore it)
-    max_sequence_length:  text tokens of encoders that take a length (T5, Qwen2.5-VL)
+    max_sequence_length:  text tokens of encoders that take a length (T5, Qwen2.5-VL, UMT5); 0 = the family's pipeline
+                          default (``pipeline_text_length``: FLUX, Qwen-Image, Z-Image, Wan 512, SD3 256)
     kernel:               the transition kernel (``sde.KERNELS``); "" = the family's default
     noise_level:          the kernel's stochasticity (``sample.noise_level``); None = the kernel's default
     image_guidance_scale: image-conditioned families' image guidance s_I ≥ 1
@@ -54,12 +80,14 @@ class PolicySettings:
     distilled_guidance:   the guidance-embedding input of guidance-distilled models (FLUX.1-dev, Kontext)
     experts:              two-expert models (Wan 2.2): the expert(s) LoRA trains, "" = all, or one pipeline
                           attribute ("transformer" = high noise, "transformer_2" = low noise)
+    guidance_scale_2:     two-expert models (Wan 2.2): the low-noise expert's CFG w; None / 0 = the guidance scale
     source_pixels:        editing families that resize source images to a pixel area (Qwen-Image-Edit): that
                           area; 0 = the pipeline's own (1024·1024)
+    vae_dtype:            the VAE's dtype (``VAE_DTYPES``): "auto" = the checkpoint's rule (``Policy.vae_dtype``)
     """
 
     resolution: int = 0
-    max_sequence_length: int = 77
+    max_sequence_length: int = 0
     kernel: str = ""
     noise_level: float | None = None
     image_guidance_scale: float = 1.5
@@ -68,7 +96,9 @@ class PolicySettings:
     source_root: str | None = None
     distilled_guidance: float = 3.5
     experts: str = ""
+    guidance_scale_2: float | None = None
     source_pixels: int = 0
+    vae_dtype: str = "auto"
 
     @classmethod
     def from_config(cls, sample, kernels: tuple[str, ...] = ()) -> PolicySettings:
@@ -121,6 +151,9 @@ class Policy:
     #: class names of the denoiser's repeated blocks: the units FSDP shards and gradient checkpointing recomputes
     #: (``ddpo_grpo.sharding``); ``distributed.shard_blocks`` overrides them
     shard_blocks: ClassVar[tuple[str, ...]] = ()
+    #: True when the family's diffusers pipeline decodes a VAE whose config says ``force_upcast`` in float32 under
+    #: float16 weights (StableDiffusionXLPipeline's rule); ``sample.vae_dtype = "auto"`` follows it (``vae_dtype``)
+    upcasts_vae: ClassVar[bool] = False
 
     def __init__(self, pipeline, settings: PolicySettings | None = None, **kwargs):
         """Wrap ``pipeline`` with ``settings`` (or the ``PolicySettings`` fields given as keywords)."""
@@ -133,7 +166,9 @@ class Policy:
         self.kernel = self.resolve_kernel(settings.kernel)
         self.noise_level = self.resolve_noise_level(settings.noise_level)
         self.resolution = int(settings.resolution) or self.native_resolution(pipeline)
-        self.max_sequence_length = int(settings.max_sequence_length)
+        self.max_sequence_length = self.resolve_text_length(settings.max_sequence_length)
+        if settings.vae_dtype not in VAE_DTYPES:
+            raise ValueError(f"sample.vae_dtype={settings.vae_dtype!r} is not one of {list(VAE_DTYPES)}")
         self.check_resolution()
         if settings.attention_backend:
             self.set_attention_backend(settings.attention_backend)
@@ -185,6 +220,37 @@ class Policy:
             bound = "[0, 1]" if self.kernel in BOUNDED_NOISE else "≥ 0"
             raise ValueError(f"sample.noise_level={value!r} must be {bound} for sample.kernel={self.kernel!r}")
         return level
+
+    # ---- text length and the VAE's dtype ------------------------------------------------------------
+    def resolve_text_length(self, value: int) -> int:
+        """``sample.max_sequence_length``, or for 0 the pipeline's own default (``pipeline_text_length``); ValueError
+        naming the field when negative."""
+        length = int(value)
+        if length < 0:
+            raise ValueError(
+                f"sample.max_sequence_length={value!r} must be ≥ 0 (0 = the pipeline's default, "
+                f"{pipeline_text_length(type(self.pipeline))} for {type(self.pipeline).__name__})"
+            )
+        return length or pipeline_text_length(type(self.pipeline))
+
+    def vae_dtype(self, weight_dtype: torch.dtype) -> torch.dtype:
+        """The dtype the VAE is kept and run in, for a run whose frozen modules are in ``weight_dtype``
+        (``mixed_precision``): ``sample.vae_dtype`` when set; "auto" = the checkpoint's rule: float32 when the
+        weights are float16 and the VAE's config says ``force_upcast`` in a family whose pipeline honours it
+        (``upcasts_vae``: diffusers' SDXL pipelines upcast such a VAE to decode, because it overflows in float16),
+        else ``weight_dtype``. Decoding casts the latents to this dtype (each family's ``decode``)."""
+        chosen = VAE_DTYPES[self.settings.vae_dtype]
+        if chosen is not None:
+            return chosen
+        vae = getattr(self.pipeline, "vae", None)
+        force_upcast = bool(vae is not None and vae.config.get("force_upcast", False))
+        if weight_dtype == torch.float16 and self.upcasts_vae and force_upcast:
+            return torch.float32
+        return weight_dtype
+
+    def frozen_dtype(self, module: torch.nn.Module, weight_dtype: torch.dtype) -> torch.dtype:
+        """The dtype frozen ``module`` runs in: the VAE's ``vae_dtype``, every other frozen module ``weight_dtype``."""
+        return self.vae_dtype(weight_dtype) if module is getattr(self.pipeline, "vae", None) else weight_dtype
 
     # ---- resolution -----------------------------------------------------------------------------
     def check_resolution(self) -> None:

@@ -6,8 +6,9 @@ and dynamic shifting apply as in diffusers); the transition is one of the stocha
 deterministic Euler ODE into a Gaussian policy with the same marginals (noise level 0 = the ODE itself).
 
 A family adapter subclasses ``FlowPolicy`` and provides conditioning, the denoiser call and decoding; with
-dynamic shifting it may override ``image_seq_len`` (the token count that sets the shift μ), and
-``pipeline_sigmas`` when its pipeline hands the scheduler its own σ grid.
+dynamic shifting it may override ``image_seq_len`` (the token count that sets the shift μ), ``pipeline_sigmas`` when
+its pipeline hands the scheduler its own σ grid, and ``sampling_sigmas`` when its checkpoint ships another scheduler
+whose σ grid FlowMatchEuler does not draw (Wan's UniPC).
 """
 
 from __future__ import annotations
@@ -17,13 +18,20 @@ import torch
 from ddpo_grpo.policies.base import Policy, Schedule
 from ddpo_grpo.sde import FLOW_KERNELS, Step, check_flow_args, flow_forward, flow_sde_step
 
+#: the line's ends where the scheduler config omits them: (base_image_seq_len, max_image_seq_len, base_shift,
+#: max_shift) as diffusers' FLUX.1, Kontext, Qwen-Image(-Edit/-Plus) and Z-Image pipelines fall back (0.42:
+#: ``scheduler.config.get("max_shift", 1.15)`` in each ``__call__``), also FlowMatchEulerDiscreteScheduler's own
+#: defaults. (SD3's pipeline writes 1.16 there, but its scheduler's config always carries max_shift, so the
+#: fallback never applies to it.)
+SHIFT_FALLBACKS = {"base_image_seq_len": 256, "max_image_seq_len": 4096, "base_shift": 0.5, "max_shift": 1.15}
+
 
 def calculate_shift(seq_len: int, config) -> float:
     """μ of dynamic shifting: linear in the image token count between (base_image_seq_len, base_shift) and
     (max_image_seq_len, max_shift) of the scheduler config (SD3 §5.3.2, the resolution-dependent shift; the
-    same line diffusers' SD3 and FLUX pipelines draw)."""
-    base_len, max_len = config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096)
-    base_shift, max_shift = config.get("base_shift", 0.5), config.get("max_shift", 1.16)
+    same line diffusers' SD3 and FLUX pipelines draw), each end falling back as the pipelines do
+    (``SHIFT_FALLBACKS``)."""
+    base_len, max_len, base_shift, max_shift = (config.get(k, v) for k, v in SHIFT_FALLBACKS.items())
     slope = (max_shift - base_shift) / (max_len - base_len)
     return seq_len * slope + (base_shift - slope * base_len)
 
@@ -56,6 +64,11 @@ class FlowPolicy(Policy):
         ``linspace(1, σ_min, T)``; FLUX, Qwen-Image and Z-Image pass ``linspace(1, 1/T, T)``, see ``linear_sigmas``)."""
         return None
 
+    def sampling_sigmas(self, num_steps: int) -> torch.Tensor | None:
+        """The grid σ_0 … σ_T [T + 1] sampled as it is (no shift applied here), for a family whose checkpoint ships a
+        scheduler with a grid of its own (Wan: UniPC); None = the flow scheduler's (its shift, ``pipeline_sigmas``)."""
+        return None
+
     def image_seq_len(self) -> int:
         """Image tokens the denoiser sees, for dynamic shifting (patchified latent: (h / p)·(w / p))."""
         _, h, w = self.latent_shape()[-3:]
@@ -64,8 +77,15 @@ class FlowPolicy(Policy):
 
     def schedule(self, num_steps):
         """σ_0 = 1 > σ_1 > … > σ_T = 0 from the scheduler (shifted; μ from ``image_seq_len`` with dynamic
-        shifting); the denoiser sees t = 1000·σ."""
+        shifting), or the family's own grid (``sampling_sigmas``); the denoiser sees t = 1000·σ."""
         sched = self.scheduler
+        grid = self.sampling_sigmas(num_steps)
+        if grid is not None:
+            grid = grid.float()  # [T + 1]
+            return Schedule(
+                timesteps=grid[:-1] * sched.config.num_train_timesteps,  # as FlowMatchEuler given these σ's
+                kernel_args={"sigma": grid[:-1].clone(), "sigma_next": grid[1:].clone()},
+            )
         kwargs = {}
         if sched.config.get("use_dynamic_shifting", False):
             kwargs["mu"] = calculate_shift(self.image_seq_len(), sched.config)

@@ -11,6 +11,11 @@ Conditioning (the pipeline's ``encode_prompt`` and ``_get_add_time_ids``):
     time_ids / neg_time_ids   [B, 6]            original size, crop corner (0, 0), target size = the resolution
 An empty negative prompt gives zero embeddings when the pipeline's ``force_zeros_for_empty_prompt`` is set, as there.
 CFG is the standard ε̃ = ε(∅) + w·(ε(c) − ε(∅)) (no guidance rescale).
+
+VAE: the SDXL-base VAE overflows in float16 (black / NaN images at 1024 px); its config says ``force_upcast`` and the
+pipeline then decodes in float32. ``upcasts_vae`` makes ``sample.vae_dtype = "auto"`` follow that rule: under
+``mixed_precision = "fp16"`` the VAE is kept in float32 (a VAE fine-tuned for float16 says ``force_upcast: false``
+and stays in float16); ``decode`` casts the latents to the VAE's dtype.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from ddpo_grpo.policies.sd import SDPolicy
 
 class SDXLPolicy(SDPolicy):
     """SD's UNet kernels and blocks (``shard_blocks``), with SDXL's conditioning and decoding."""
+
+    upcasts_vae = True  # StableDiffusionXLPipeline decodes a force_upcast VAE in float32 under float16 weights
 
     def encode_prompts(self, prompts, negative_prompt=""):
         prompts = list(prompts)

@@ -6,19 +6,28 @@ which must be 4k + 1), h = H / 8; normalised per channel as the pipeline does ((
 The transformer patchifies (1, 2, 2) itself and takes the rollout's timestep t = 1000·σ as is. Videos are square
 (``sample.resolution``, a multiple of 16).
 
-Schedule: released checkpoints ship a UniPC multistep scheduler (flow sigmas, ``flow_shift``), a solver without a
-per-step Gaussian density; the policy samples the same flow with our kernels on ``FlowMatchEulerDiscreteScheduler``
-with ``shift = flow_shift`` (``scheduler_config``), whose σ grid differs slightly from UniPC's. The plain pipeline
-the adapter test kit compares with runs that Euler scheduler (``reference_scheduler``).
+Schedule: released checkpoints ship a UniPC multistep scheduler (``use_flow_sigmas``, ``flow_shift``), a multistep
+solver without a per-step Gaussian density. The policy samples the checkpoint scheduler's own σ grid (what its
+``set_timesteps(T)`` draws: σ_i = s·u_i / (1 + (s − 1)·u_i), u_i = linspace(1, 1/1000, T + 1)[i], s = flow_shift, the
+first σ lowered by 1e-6, σ_T = 0; ``sampling_sigmas``) through our one-step kernels, the denoiser seeing t = 1000·σ
+(the UniPC pipeline feeds int(1000·σ)). The grid is the checkpoint's; the solver is not: Euler steps where UniPC
+corrects with the previous step's prediction, so noise level 0 follows the plain UniPC pipeline closely, not exactly
+(1.6 % of the final latent's norm at 20 steps on the tiny Wan; tests/test_wan.py). The forward-process objectives use
+σ(u) = s·u / (1 + (s − 1)·u) (``scheduler_config``: FlowMatchEuler with ``shift = flow_shift``). The plain pipeline
+the adapter test kit compares with is FlowMatchEuler handed that grid (``reference_scheduler``, ``GridEuler``): the
+rollout equals it. A checkpoint shipping FlowMatchEuler is sampled on its own scheduler, as every flow family.
 
 Conditioning (the pipeline's ``encode_prompt``: UMT5 hidden states of the valid tokens, zero-padded to L =
 ``sample.max_sequence_length``): embeds / neg_embeds [B, L, D]. CFG: v(∅) + w·(v(c) − v(∅)), w = ``sample.guidance_scale``.
 
 Wan 2.2 A14B (``transformer`` + ``transformer_2``, ``boundary_ratio``): the pipeline runs ``transformer`` (high noise)
-at t ≥ boundary_ratio·1000 and ``transformer_2`` below (with one guidance scale for both here). ``denoiser`` is then
+at t ≥ boundary_ratio·1000 and ``transformer_2`` below, the latter with w = ``sample.guidance_scale_2`` (the pipeline's
+``guidance_scale_2``; 0 / None = ``sample.guidance_scale``); CFG is on for both when ``sample.guidance_scale`` > 1, as
+in the pipeline. ``predict`` gives each sample its expert's w, in sampling and in training alike. ``denoiser`` is then
 ``WanExperts``, one nn.Module holding both that routes every sample by its timestep, so the trainer sees one trainable
-module. ``sample.experts`` picks the expert(s) LoRA trains ("" = both); the LoRA export writes ``transformer``'s layers
-as the default ``pytorch_lora_weights.safetensors`` (what ``load_lora_weights(dir)`` loads) and ``transformer_2``'s as
+module; with several processes every process takes the same collective path (``WanExperts.calls``). ``sample.experts``
+picks the expert(s) LoRA trains ("" = both); the LoRA export writes ``transformer``'s layers as the default
+``pytorch_lora_weights.safetensors`` (what ``load_lora_weights(dir)`` loads) and ``transformer_2``'s as
 ``pytorch_lora_weights_transformer_2.safetensors``, loaded by diffusers with
 ``load_lora_weights(dir, weight_name=..., load_into_transformer_2=True)`` (``load_lora`` does both).
 """
@@ -28,6 +37,7 @@ from __future__ import annotations
 import os
 
 import torch
+from diffusers import FlowMatchEulerDiscreteScheduler
 
 from ddpo_grpo.policies.flow import FlowPolicy
 
@@ -37,6 +47,39 @@ DEFAULT_RESOLUTION = 480
 #: the file the second expert's LoRA layers are written to (the first's is diffusers' default name)
 EXPERT_2_WEIGHTS = "pytorch_lora_weights_transformer_2.safetensors"
 EXPERTS = ("transformer", "transformer_2")
+
+
+class GridEuler(FlowMatchEulerDiscreteScheduler):
+    """FlowMatchEuler stepping on the σ grids of ``grid(T) -> [T + 1]`` (set on the instance): ``set_timesteps(T)``
+    takes grid(T) as its σ's with t = 1000·σ, so a plain pipeline samples the σ's a policy's ``sampling_sigmas`` gives.
+    Built with shift 1, which leaves the given σ's as they are (σ / 1)."""
+
+    grid = None
+
+    def set_timesteps(self, num_inference_steps=None, device=None, **kwargs):
+        sigmas = self.grid(num_inference_steps)  # [T + 1]
+        super().set_timesteps(num_inference_steps, device=device, sigmas=sigmas[:-1].numpy(), **kwargs)
+        self.sigmas[-1] = sigmas[-1]
+
+
+class _Attach(torch.autograd.Function):
+    """``out`` unchanged, with ``extra`` joined to its graph at a zero gradient: the parameters that made ``extra``
+    take part in the backward pass (their gradients 0)."""
+
+    @staticmethod
+    def forward(ctx, out, extra):
+        ctx.shape, ctx.dtype = extra.shape, extra.dtype
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad.new_zeros(ctx.shape, dtype=ctx.dtype)
+
+
+def _process_group_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 class WanExperts(torch.nn.Module):
@@ -68,19 +111,64 @@ class WanExperts(torch.nn.Module):
         for expert in self.experts_with_adapters():
             expert.enable_adapters()
 
+    def calls(self, high: torch.Tensor) -> tuple[str, str]:
+        """How a call whose samples are ``high`` [B] (t ≥ boundary) uses ``transformer`` and ``transformer_2``: "run"
+        (on the samples that need it), "idle" (on one token of one sample), "touch" (its trainable parameters joined to
+        the output at a zero gradient, without running it) or "" (not at all).
+
+        One process: "run" the experts its samples need. Several processes must take the same collective path whatever
+        their own samples need, or their collectives part (each process shuffles its own steps, so its minibatch
+        routes to other experts than another's):
+        * sharded (FSDP, which all-gathers an expert's blocks when it runs and reduce-scatters their gradients in its
+          backward): every expert any process needs is called, agreed by an all-reduce of two flags on the run's
+          device, "idle" where this process has no sample for it (the sampler's calls are in lockstep: the step's
+          one expert, no idle call);
+        * replicated (DDP, which reduces every trained parameter's gradient at a synchronised backward and fails when
+          one got none): with gradients an expert without samples is "touch"ed; without gradients nothing (no
+          collective in the forward).
+        """
+        need = torch.stack([high.any(), (~high).any()])  # [2] bool
+        own = (bool(need[0]), bool(need[1]))
+        if _process_group_size() == 1:
+            return tuple("run" if n else "" for n in own)
+        from torch.distributed.fsdp import FSDPModule
+
+        if isinstance(self, FSDPModule):
+            import torch.distributed as dist
+
+            need = need.to(torch.int32)
+            dist.all_reduce(need, op=dist.ReduceOp.MAX)
+            return tuple("run" if n else ("idle" if bool(m) else "") for n, m in zip(own, need))
+        spare = "touch" if torch.is_grad_enabled() else ""
+        return tuple("run" if n else spare for n in own)
+
     def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor, return_dict: bool = False, **kwargs):
         high = timestep >= self.boundary  # [B]
-        if bool(high.all()):
-            return (self.transformer(hidden_states, timestep, return_dict=False, **kwargs)[0],)
-        if not bool(high.any()):
-            return (self.transformer_2(hidden_states, timestep, return_dict=False, **kwargs)[0],)
-        out = None
-        for expert, rows in ((self.transformer, high), (self.transformer_2, ~high)):
-            part = {k: v[rows] if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-            y = expert(hidden_states[rows], timestep[rows], return_dict=False, **part)[0]
-            out = y.new_empty((hidden_states.shape[0], *y.shape[1:])) if out is None else out
-            out[rows] = y
+        out, extras = None, []
+        for expert, rows, how in zip((self.transformer, self.transformer_2), (high, ~high), self.calls(high)):
+            if how == "idle":
+                extras.append(self._idle_call(expert, hidden_states, timestep, kwargs))
+            elif how == "touch":
+                extras.append(sum(p.sum() for p in expert.parameters() if p.requires_grad))
+            elif how == "run" and bool(rows.all()):
+                out = expert(hidden_states, timestep, return_dict=False, **kwargs)[0]
+            elif how == "run":
+                part = {k: v[rows] if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+                y = expert(hidden_states[rows], timestep[rows], return_dict=False, **part)[0]
+                out = y.new_empty((hidden_states.shape[0], *y.shape[1:])) if out is None else out
+                out[rows] = y
+        for extra in extras if torch.is_grad_enabled() else ():
+            if isinstance(extra, torch.Tensor):  # (a touch of an expert without trainable parameters: 0)
+                out = _Attach.apply(out, extra)
         return (out,)
+
+    @staticmethod
+    def _idle_call(expert, hidden_states, timestep, kwargs) -> torch.Tensor:
+        """``expert`` on one patch (one token) of the first sample: its collectives and its parameters in the graph at
+        the least cost."""
+        p_t, p_h, p_w = expert.config.patch_size
+        one = {k: v[:1] if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        return expert(hidden_states[:1, :, :p_t, :p_h, :p_w], timestep[:1], return_dict=False, **one)[0]
 
 
 class WanPolicy(FlowPolicy):
@@ -96,6 +184,9 @@ class WanPolicy(FlowPolicy):
                 f"{type(pipeline).__name__} with expand_timesteps (Wan2.2-TI2V-5B: per-token timesteps) is not "
                 "supported; use a Wan 2.1 or Wan 2.2 A14B checkpoint"
             )
+        shipped = pipeline.scheduler
+        #: a copy of the scheduler the checkpoint ships (the pipeline's may be swapped: ``reference_sample``)
+        self.shipped_scheduler = type(shipped).from_config(shipped.config)
         self._experts = None
         if getattr(pipeline, "transformer_2", None) is not None and pipeline.config.boundary_ratio is not None:
             boundary = pipeline.config.boundary_ratio * pipeline.scheduler.config.num_train_timesteps
@@ -103,6 +194,7 @@ class WanPolicy(FlowPolicy):
         super().__init__(pipeline, settings, **kwargs)
         self.num_frames = self.check_frames(int(self.settings.num_frames) or DEFAULT_FRAMES)
         self.trained_experts = self.check_experts(self.settings.experts)
+        self.guidance_scale_2 = self.check_guidance_scale_2(self.settings.guidance_scale_2)
 
     # ---- the trainable module -----------------------------------------------------------------
     @property
@@ -124,6 +216,20 @@ class WanPolicy(FlowPolicy):
                 "('' = all of them)"
             )
         return (experts,)
+
+    def check_guidance_scale_2(self, value) -> float | None:
+        """The low-noise expert's guidance (None = the high-noise expert's, for 0 / None); ValueError naming
+        ``sample.guidance_scale_2`` when it is negative or the pipeline has one transformer (as the pipeline refuses it)."""
+        if not value:
+            return None
+        if not float(value) >= 0:
+            raise ValueError(f"sample.guidance_scale_2={value!r} must be ≥ 0 (0 = sample.guidance_scale)")
+        if self._experts is None:
+            raise ValueError(
+                f"sample.guidance_scale_2={value!r}: {type(self.pipeline).__name__} has one transformer (no "
+                "boundary_ratio), so there is no low-noise expert to guide; leave it 0"
+            )
+        return float(value)
 
     def add_lora(self, *, rank, alpha, target_modules, dropout=0.0):
         """A LoRA adapter "default" on each trained expert (``sample.experts``); every base weight frozen."""
@@ -199,16 +305,33 @@ class WanPolicy(FlowPolicy):
         return f * (h // 2) * (w // 2)
 
     def scheduler_config(self):
-        """The shipped scheduler as a FlowMatchEuler config: its own if it is one, else ``shift = flow_shift``."""
-        config = self.pipeline.scheduler.config
-        if type(self.pipeline.scheduler).__name__ == "FlowMatchEulerDiscreteScheduler":
+        """The shipped scheduler as a FlowMatchEuler config: its own if it is one, else ``shift = flow_shift`` (the
+        forward-process objectives' σ(u); sampling takes the shipped grid, ``sampling_sigmas``)."""
+        config = self.shipped_scheduler.config
+        if type(self.shipped_scheduler) is FlowMatchEulerDiscreteScheduler:
             return config
-        if config.get("flow_shift") is None:
+        if config.get("flow_shift") is None or not config.get("use_flow_sigmas", False):
             raise ValueError(
-                f"{type(self.pipeline.scheduler).__name__} has no flow_shift: a Wan pipeline needs a flow-matching "
-                "scheduler (FlowMatchEulerDiscreteScheduler, or UniPC with use_flow_sigmas)"
+                f"{type(self.shipped_scheduler).__name__} without flow sigmas: a Wan pipeline needs a flow-matching "
+                "scheduler (FlowMatchEulerDiscreteScheduler, or UniPC with use_flow_sigmas and flow_shift)"
             )
         return {"shift": float(config["flow_shift"]), "num_train_timesteps": int(config["num_train_timesteps"])}
+
+    def sampling_sigmas(self, num_steps: int) -> torch.Tensor | None:
+        """The shipped scheduler's own σ grid [T + 1] (its ``set_timesteps(T)``), unless it is FlowMatchEuler."""
+        if type(self.shipped_scheduler) is FlowMatchEulerDiscreteScheduler:
+            return None
+        self.shipped_scheduler.set_timesteps(num_steps)
+        return self.shipped_scheduler.sigmas.float().clone()  # [T + 1]
+
+    def reference_scheduler(self):
+        """The plain pipeline's scheduler for the kit: FlowMatchEuler on the grid the policy samples (``GridEuler``
+        given ``sampling_sigmas``), or the shipped FlowMatchEuler itself."""
+        if type(self.shipped_scheduler) is FlowMatchEulerDiscreteScheduler:
+            return super().reference_scheduler()
+        sched = GridEuler(shift=1.0, num_train_timesteps=self.scheduler.config.num_train_timesteps)
+        sched.grid = self.sampling_sigmas
+        return sched
 
     # ---- conditioning -----------------------------------------------------------------------------
     def encode_prompts(self, prompts, negative_prompt=""):
@@ -226,6 +349,29 @@ class WanPolicy(FlowPolicy):
     def model_input(self, latents, cond) -> torch.Tensor:
         """What the transformer's ``hidden_states`` get (text-to-video: the latent itself)."""
         return latents
+
+    def guidance_of(self, timesteps: torch.Tensor, guidance_scale: float):
+        """w per sample: ``guidance_scale_2`` for the low-noise expert's samples (t < boundary), ``guidance_scale`` for
+        the others; a float when one value serves the whole batch, else [B, 1, 1, 1, 1]."""
+        low = timesteps < self._experts.boundary  # [B]
+        if bool(low.all()) or not bool(low.any()):
+            return self.guidance_scale_2 if bool(low.all()) else float(guidance_scale)
+        w = torch.where(low, self.guidance_scale_2, float(guidance_scale))  # [B]
+        return w.view(-1, 1, 1, 1, 1)
+
+    def predict(self, model, latents, timesteps, cond, guidance_scale: float, detach_uncond: bool = False):
+        """``Policy.predict`` with each sample's expert's w (``guidance_scale_2``, the module docstring): CFG when
+        ``guidance_scale`` > 1, both branches in one batch of 2B, uncond first, as ``Policy.predict`` runs them."""
+        if self.guidance_scale_2 is None or guidance_scale <= 1.0:
+            return super().predict(model, latents, timesteps, cond, guidance_scale, detach_uncond)
+        positive = {k: v for k, v in cond.items() if not k.startswith("neg_")}
+        both = {k: torch.cat([cond.get("neg_" + k, v), v]) for k, v in positive.items()}  # [2B, ...]
+        out = self.forward(model, torch.cat([latents, latents]), torch.cat([timesteps, timesteps]), both)
+        uncond, text = out.chunk(2)  # [B, C, F', h, w] each
+        if detach_uncond:
+            uncond = uncond.detach()
+        w = self.guidance_of(timesteps, guidance_scale)
+        return self.guide(uncond, text, w.to(out.dtype) if isinstance(w, torch.Tensor) else w)
 
     def forward(self, model, latents, timesteps, cond):
         extra = {"encoder_hidden_states_image": cond["image_embeds"]} if "image_embeds" in cond else {}
@@ -264,4 +410,5 @@ class WanPolicy(FlowPolicy):
             num_frames=self.num_frames,
             latents=latents,
             max_sequence_length=self.max_sequence_length,
+            **({"guidance_scale_2": self.guidance_scale_2} if self.guidance_scale_2 is not None else {}),
         )

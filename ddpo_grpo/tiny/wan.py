@@ -4,12 +4,14 @@ layout: two experts, ``transformer`` for high noise and ``transformer_2`` for lo
 
 WanTransformer3DModel of 2 blocks, a UMT5 text encoder of 2 layers over ``common.build_t5_tokenizer``, and the
 Wan VAE (``AutoencoderKLWan``: 8× spatial, 4× temporal downsampling, 4 latent channels), so a 5-frame 32-pixel
-video is a (4, 2, 4, 4) latent. ``scheduler="unipc"`` ships the UniPC multistep scheduler with flow sigmas, as the
-released checkpoints do; the default is FlowMatchEulerDiscreteScheduler.
+video is a (4, 2, 4, 4) latent. The scheduler is the released Wan 2.1 checkpoints' own, as shipped (UniPC multistep with
+flow sigmas, flow_shift 3: ``config/model_configs/wan2.1-t2v-1.3b/scheduler``); ``scheduler="euler"`` ships
+FlowMatchEulerDiscreteScheduler with the same shift instead.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -17,7 +19,15 @@ import torch
 from ddpo_grpo.tiny.common import TEXT_HIDDEN, build_t5_tokenizer, t5_vocab_size, video_vae_kwargs
 
 LATENT_CHANNELS = 4
-FLOW_SHIFT = 3.0
+#: the scheduler configuration Wan-AI/Wan2.1-T2V-1.3B-Diffusers ships
+SHIPPED_SCHEDULER = (
+    Path(__file__).resolve().parents[2]
+    / "config"
+    / "model_configs"
+    / "wan2.1-t2v-1.3b"
+    / "scheduler"
+    / "scheduler_config.json"
+)
 
 
 def _umt5_encoder():
@@ -58,14 +68,13 @@ def _transformer(in_channels: int):
 def _scheduler(kind: str):
     from diffusers import FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler
 
+    shipped = json.loads(SHIPPED_SCHEDULER.read_text())
     if kind == "unipc":
-        return UniPCMultistepScheduler(
-            prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=FLOW_SHIFT, num_train_timesteps=1000
-        )
-    return FlowMatchEulerDiscreteScheduler(shift=FLOW_SHIFT)
+        return UniPCMultistepScheduler.from_config(shipped)
+    return FlowMatchEulerDiscreteScheduler(shift=shipped["flow_shift"])
 
 
-def build_tiny_wan(path: str | Path, seed: int = 0, scheduler: str = "euler"):
+def build_tiny_wan(path: str | Path, seed: int = 0, scheduler: str = "unipc"):
     """Build, save to ``path`` and return a tiny WanPipeline (text-to-video, one transformer)."""
     from diffusers import AutoencoderKLWan, WanPipeline
 
@@ -81,7 +90,7 @@ def build_tiny_wan(path: str | Path, seed: int = 0, scheduler: str = "euler"):
     return pipe
 
 
-def build_tiny_wan_i2v(path: str | Path, seed: int = 0, scheduler: str = "euler", boundary_ratio: float = 0.9):
+def build_tiny_wan_i2v(path: str | Path, seed: int = 0, scheduler: str = "unipc", boundary_ratio: float = 0.9):
     """Build, save to ``path`` and return a tiny WanImageToVideoPipeline with two experts (Wan 2.2 A14B's layout).
 
     The transformers take the noisy latent, a 4-channel first-frame mask and the conditioning video's latent
