@@ -7,6 +7,12 @@ ddp × 1: nothing to shard), the peak, whether it fits 80 GiB, the largest train
 two with train.gradient_checkpointing. Each recipe is loaded under WORLD_SIZE = P as train.py would be (its
 per-process batch counts follow P); the model is built once on the meta device from the shipped configs. The same
 numbers per column: ``python scripts/plan.py --config <recipe> --gpus P --gpu-memory 80``.
+
+    python experiments/planner_tables.py --margins
+
+Every shipped recipe (every experiment of config/flux.py, qwen_image.py, sd3.py, sdxl.py, sd.py, wan.py, zimage.py
+but the tiny ones) on the hardware ``HARDWARE`` names for it (GPUs of a given memory): the per-GPU peak under DDP
+and FSDP, its phase, and the margin 1 − peak / memory (≥ 10 % is what the recipes promise).
 """
 
 from __future__ import annotations
@@ -44,6 +50,36 @@ RECIPES = (
     ),
     ("Wan 2.1 T2V 1.3B, `config/wan.py:t2v` as shipped", "wan", "t2v", {}),
 )
+#: the shipped recipes' experiments (config module -> experiment names; the tiny ones left out)
+SHIPPED = {
+    "flux": ("pickscore", "kontext"),
+    "qwen_image": ("pickscore", "edit", "edit_plus"),
+    "sd3": ("pickscore", "pickscore_fast"),
+    "sdxl": ("aesthetic",),
+    "sd": ("compressibility", "incompressibility", "aesthetic"),
+    "wan": ("t2v", "t2v_a14b", "i2v"),
+    "zimage": ("pickscore",),
+}
+#: (GPUs, GiB per GPU) each recipe is checked on: the GPU count of the run its source published where
+#: docs/recipes.md gives one, 8 otherwise; 80 GiB cards (A100 / H100 / H800 80 GB)
+HARDWARE = {
+    ("sd", "compressibility"): (8, 80),
+    ("sd", "incompressibility"): (8, 80),
+    ("sd", "aesthetic"): (8, 80),
+    ("sdxl", "aesthetic"): (8, 80),
+    ("sd3", "pickscore"): (32, 80),
+    ("sd3", "pickscore_fast"): (32, 80),
+    ("flux", "pickscore"): (32, 80),
+    ("flux", "kontext"): (28, 80),
+    ("qwen_image", "pickscore"): (32, 80),
+    ("qwen_image", "edit"): (32, 80),
+    ("qwen_image", "edit_plus"): (2, 80),
+    ("zimage", "pickscore"): (8, 80),
+    ("wan", "t2v"): (1, 80),
+    ("wan", "t2v_a14b"): (8, 80),
+    ("wan", "i2v"): (8, 80),
+}
+
 COLUMNS = (("ddp", 1), ("ddp", 8), ("fsdp", 8), ("ddp", 16), ("fsdp", 16))
 MEMORY = 80 * GIB
 
@@ -80,7 +116,36 @@ def table(title, module, name, overrides) -> str:
     return "\n".join(lines)
 
 
+def margins() -> str:
+    """The markdown table of every shipped recipe's peak and margin on ``HARDWARE`` (module docstring)."""
+    lines = [
+        "| recipe | hardware | model | ddp peak (phase) | fsdp peak (phase) | margin ddp | margin fsdp |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for module, names in SHIPPED.items():
+        for name in names:
+            gpus, gib = HARDWARE[(module, name)]
+            config = load(module, name, gpus, {})
+            facts = model_facts(model_dir(config.pretrained.model), config)
+            cells = []
+            for strategy in ("ddp", "fsdp"):
+                e = estimate(facts, config, gpus, strategy)
+                cells.append((e.peak, e.peak_phase))
+            peaks = " | ".join(f"{report.gib(peak)} ({phase})" for peak, phase in cells)
+            margin = " | ".join(f"{100 * (1 - peak / (gib * GIB)):+.0f} %" for peak, _ in cells)
+            lines.append(
+                f"| `config/{module}.py:{name}` | {gpus} × {gib} GiB | {config.pretrained.model} | {peaks} | {margin} |"
+            )
+            print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
 def main() -> None:
+    import sys
+
+    if "--margins" in sys.argv[1:]:
+        print(margins())
+        return
     for recipe in RECIPES:
         print(table(*recipe))
         print()

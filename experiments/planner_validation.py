@@ -5,15 +5,18 @@
 
 A FLUX.1-architecture transformer of a few hundred million random parameters (FluxTransformer2DModel from its
 config: d = 1024, 4 double- and 8 single-stream blocks, 277 M parameters; the tiny CLIP / T5 / VAE of
-``ddpo_grpo.tiny``), written once as a pipeline directory with its weights (``<logdir>/pipeline``, 1.1 GB) so that
-every point loads it as a real checkpoint is loaded: each component read in its dtype and, under FSDP, the denoiser
-built empty and read one shard per process. Each point runs ``scripts/train.py``'s code path — ``Trainer(config)`` and
+``ddpo_grpo.tiny``), written once as a pipeline directory with its weights (``<logdir>/pipeline``, 1.1 GB; ``pipeline_bf16`` stored in
+bf16 for the bf16 points, as the hub's checkpoints are) so that every point loads it as a real checkpoint is loaded:
+each component read in its dtype and, under FSDP, the denoiser built empty and read one shard per process. Each point runs ``scripts/train.py``'s code path — ``Trainer(config)`` and
 one ``run_epoch`` (sampling, reward, advantages, the training minibatch(es) with their optimizer step) — under
 ``torchrun`` (1 or 2 processes, gloo), and every process reports two peak resident-memory increases over its resident
 set after the imports (/proc/self/status: the high-water mark VmHWM, reset through /proc/self/clear_refs after the
 imports and again after set-up): the set-up peak (while ``Trainer(config)`` loads, shards and makes the shadow
 copies: the planner's set-up phase) and the epoch's peak (the largest of its training, encoding and swap phases);
-the point's peak is the larger of the two. glibc's allocator is told to map every block ≥ 64 KiB
+the point's peak is the larger of the two. (Without FSDP, a component read in the dtype it is stored in is mapped
+from its file: its pages count in the resident set once the run touches them, in the epoch, so the set-up of those
+points measures less than the weights it holds; under FSDP each process copies its slices into its shards, and the
+set-up is the load's own peak.) glibc's allocator is told to map every block ≥ 64 KiB
 (MALLOC_MMAP_THRESHOLD_), so freed tensors leave the resident set as a GPU caching allocator's would be reused,
 instead of staying in the heap. The planner's prediction is ``ddpo_grpo.planner.plan`` for the same config and
 pipeline directory.
@@ -71,7 +74,6 @@ POINTS = {
     "fsdp2_full_b1_four_steps": Point(2, "fsdp", False, 1, steps=4, trained=4),
     "fsdp2_full_b1_ckpt_kl": Point(2, "fsdp", False, 1, True, steps=2, trained=2, beta=0.01),
     "lora_b4_bf16": Point(1, "ddp", True, 4, precision="bf16"),
-    "lora_b8_bf16": Point(1, "ddp", True, 8, precision="bf16"),
     "fsdp2_lora_b2_bf16": Point(2, "fsdp", True, 2, precision="bf16"),
     "lora_b2_reward": Point(1, "ddp", True, 2, reward=True),
 }
@@ -105,12 +107,18 @@ def build(width=None):
     return FluxPipeline(**components)
 
 
-def pipeline_dir(logdir: str, small: bool) -> Path:
-    """The pipeline directory with weights (written on first use)."""
-    directory = Path(logdir) / ("pipeline_small" if small else "pipeline")
+def pipeline_dir(logdir: str, small: bool, precision: str = "no") -> Path:
+    """The pipeline directory with weights (written on first use), stored in the dtype the point reads it in (as
+    the hub's checkpoints are stored in the bf16 their LoRA runs read)."""
+    import torch
+
+    directory = Path(logdir) / ("pipeline" + ("_small" if small else "") + ("_bf16" if precision == "bf16" else ""))
     if not (directory / "model_index.json").is_file():
         tmp = directory.with_name(directory.name + ".tmp")
-        build(SMALL if small else None).save_pretrained(tmp)
+        pipeline = build(SMALL if small else None)
+        if precision == "bf16":
+            pipeline.to(torch.bfloat16)
+        pipeline.save_pretrained(tmp)
         tmp.rename(directory)
     return directory
 
@@ -138,7 +146,7 @@ def config_for(point: str, logdir: str):
     pt = POINTS[point]
     c = tiny()
     c.pretrained.tiny = ""
-    c.pretrained.model = str(pipeline_dir(logdir, pt.small))
+    c.pretrained.model = str(pipeline_dir(logdir, pt.small, pt.precision))
     c.logdir, c.run_name = logdir, point
     c.num_epochs, c.save_freq = 1, 0
     s = c.sample

@@ -21,6 +21,12 @@ shared by every sample, e.g. the rotary tables) is S(1) − per sample, kept onc
 With gradient checkpointing (``train.gradient_checkpointing``, non-reentrant ``torch.utils.checkpoint``) a block keeps
 only its inputs (the streams entering it) until the backward, where it recomputes its forward and holds its full
 activations once: total = Σ blocks' inputs + the largest block's activations.
+
+Denoisers whose blocks take inputs no builder makes (the UNets: each block's resolution, channels and skip
+connections differ) are counted whole (``count_whole``): the denoiser's own forward on meta inputs
+(``blocks.unet_inputs``), each saved storage attributed to the block running when autograd saved it (forward hooks)
+or to the model outside the blocks; with checkpointing a block keeps every tensor it was called with (its skip
+connections included) and the largest block's activations come once, the outside's as they are.
 """
 
 from __future__ import annotations
@@ -197,3 +203,80 @@ def count(blocks: list[torch.nn.Module], config, image_tokens: int, text_tokens:
         classes[type(block).__name__] = (n + 1, max(most, per), max(kept, input_bytes(one)))
     per_class = tuple((name, *v) for name, v in classes.items())
     return Activations(per_sample, fixed, inputs_total + largest, len(blocks), tuple(sorted(unmodelled)), per_class)
+
+
+def _tensors(value) -> list:
+    """The tensors in ``value`` (a tensor, or tuples / lists / dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def _attributed(model: torch.nn.Module, blocks, inputs: dict, autocast) -> tuple[int, list, list]:
+    """One forward of ``model`` on meta: (bytes saved outside the blocks, bytes saved in each block, bytes of each
+    block's input tensors)."""
+    weights = {_key(t) for t in list(model.parameters()) + list(model.buffers())}
+    index = {id(b): i for i, b in enumerate(blocks)}
+    saved, current = {}, []
+    kept = [0] * len(blocks)
+
+    def pack(t):
+        key = _key(t)
+        if key not in weights and key not in saved:
+            saved[key] = (current[-1] if current else -1, t.untyped_storage().nbytes())
+        return t
+
+    def enter(module, args, kwargs):
+        current.append(index[id(module)])
+        tensors = {_key(t): t.untyped_storage().nbytes() for t in _tensors(args) + _tensors(kwargs)}
+        kept[current[-1]] = sum(tensors.values())
+
+    def leave(module, args, kwargs, output):
+        current.pop()
+
+    hooks = [b.register_forward_pre_hook(enter, with_kwargs=True) for b in blocks]
+    hooks += [b.register_forward_hook(leave, with_kwargs=True) for b in blocks]
+    mode = _Autocast(autocast) if autocast is not None else contextlib.nullcontext()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention(), torch.enable_grad(), mode:
+            model(**inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    per_block = [0] * len(blocks)
+    outside = 0
+    for owner, nbytes in saved.values():
+        if owner < 0:
+            outside += nbytes
+        else:
+            per_block[owner] += nbytes
+    return outside, per_block, kept
+
+
+def count_whole(model: torch.nn.Module, blocks: list, inputs_for, dtype) -> Activations:
+    """Activations of ``model`` (meta, trainable parameters marked) counted whole (module docstring);
+    ``inputs_for(batch)`` makes its keyword inputs."""
+    autocast = dtype if dtype in (torch.bfloat16, torch.float16) else None
+    o1, b1, k1 = _attributed(model, blocks, inputs_for(1), autocast)
+    o2, b2, k2 = _attributed(model, blocks, inputs_for(2), autocast)
+    per_block = [y - x for x, y in zip(b1, b2)]
+    kept = [y - x for x, y in zip(k1, k2)]
+    total1, total2 = o1 + sum(b1), o2 + sum(b2)
+    per_sample = total2 - total1
+    classes = {}
+    for block, per, keep in zip(blocks, per_block, kept):
+        n, most, k = classes.get(type(block).__name__, (0, 0, 0))
+        classes[type(block).__name__] = (n + 1, max(most, per), max(k, keep))
+    checkpointed = (o2 - o1) + sum(kept) + max(per_block, default=0)
+    return Activations(
+        per_sample,
+        total1 - per_sample,
+        checkpointed,
+        len(blocks),
+        (),
+        tuple((name, *v) for name, v in classes.items()),
+    )

@@ -93,3 +93,29 @@ def block_inputs(block, config, batch: int, image_tokens: int, text_tokens: int,
     for name in ("hidden_states", "encoder_hidden_states"):
         kwargs[name].requires_grad_(True)
     return kwargs
+
+
+#: the UNets' text length (CLIP's 77 positions)
+UNET_TEXT_TOKENS = 77
+
+
+def unet_inputs(denoiser, batch: int, latent_side: int, dtype) -> dict | None:
+    """Keyword inputs of a whole ``UNet2DConditionModel`` on the meta device (its blocks have no builder: the UNet's
+    forward is counted whole, ``activations.count_whole``): the noisy latent [B, C, h, w] (not requiring grad, as in
+    training), the timesteps, the text [B, 77, cross_attention_dim], and SDXL's added conditions (pooled text and the
+    six size ids); None for another class."""
+    if type(denoiser).__name__ != "UNet2DConditionModel":
+        return None
+    c, meta = denoiser.config, {"device": "meta"}
+    kwargs = dict(
+        sample=torch.empty(batch, c.in_channels, latent_side, latent_side, dtype=dtype, **meta),
+        timestep=torch.empty(batch, **meta),
+        encoder_hidden_states=torch.empty(batch, UNET_TEXT_TOKENS, c.cross_attention_dim, dtype=dtype, **meta),
+    )
+    if c.addition_embed_type == "text_time":  # SDXL: pooled text + (original size, crop, target size)
+        pooled = c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim
+        kwargs["added_cond_kwargs"] = {
+            "text_embeds": torch.empty(batch, pooled, dtype=dtype, **meta),
+            "time_ids": torch.empty(batch, 6, dtype=dtype, **meta),
+        }
+    return kwargs

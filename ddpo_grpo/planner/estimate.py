@@ -48,24 +48,25 @@ The peak is the largest of four phases:
     training     the sum of the parts above
     encoding     with offloaded encoders: the encoders back on the device, no activations or gradients
     set-up       (the "load" phase) what loading leaves and passes through, as components.build_policy_for /
-                 build_weights load a pipeline (each component read in its dtype: the weight dtype, the trained
-                 denoiser in float32 for full fine-tuning; under FSDP the denoiser built on the meta device,
-                 sharded, and each process reading only its own shards' slices, ddpo_grpo/sharded_loading.py): the
-                 rewards + the encoders (with offloading, the largest one, moved back to the host after its cast) +
-                 the weights row (÷ P under FSDP) + the DDP buckets (allocated when DDP wraps the model) + the larger
-                 of the shadow copies made at the end (reference, EMA, sampler) and, under FSDP, the transient of
-                 the sharded read, bounded by one block (in the weight dtype; float32 for full fine-tuning)
+                 build_weights load a pipeline: each component read in its dtype (the weight dtype; the trained
+                 denoiser in float32 for full fine-tuning) and moved to the device; under FSDP the denoiser built on
+                 the meta device, sharded, and each process reading only its own shards' slices, one tensor at a
+                 time (ddpo_grpo/sharded_loading.py). On the device: the rewards + the encoders (with offloading, the
+                 largest one: each is moved back to the host after its cast) + the weights row (÷ P under FSDP) +
+                 the DDP buckets (allocated when DDP wraps the model) + the shadow copies made at the end
+                 (reference, EMA, sampler). The files are read on the host: under FSDP one tensor's slice at a
+                 time, twice its bytes (the slice, and the file's pages it touched, resident until the file is
+                 closed), 2 × the largest tensor / P, beside the LoRA factors, which peft makes whole on the host
+                 before they are sharded (4·T); on CPU processes that host memory is the device's and the phase
+                 adds it. (A component read in the dtype it is stored in is mapped from its file, not copied: on
+                 CPU processes its pages count once the run touches them; read in another dtype, diffusers holds
+                 the file's tensors beside the converted ones, on the host, one weight file at a time.)
     swap         under FSDP, a forward with other weights swapped in (weights.swapped: the reference, the forward
                  objectives' old policy, the EMA for evaluation, the lagging sampler for rollouts): the sharded
                  trainable parameters are copied in place, their current values saved first, 4·T/P; the other
                  parts of the step are held but no training activations (the swapped forward runs before the
                  policy's own, under no_grad), nor gradients when one backward makes a step. Under DDP the swap
                  exchanges .data pointers (no copy)
-
-Also reported, not part of the device peak: "host at set-up", each process's host memory while it loads — DDP: the
-pipeline read into host memory in its dtypes before it moves to the device (encoders + the weights row); FSDP: the
-frozen parts in their dtype, the LoRA factors created whole on the host before sharding (4·T), one block's read.
-On CPU processes host and device are the same memory (the set-up phase is what they measure).
 
 Not counted: the activations outside the blocks (embedders, final layer, the loss: ≪ one block's), the allocator's
 fragmentation and the CUDA context (≈ 0.5–1 GiB per GPU: keep that margin), a reward's own forward (no grad, one
@@ -90,7 +91,6 @@ class Estimate:
     encoding_phase: int = 0  # with offloaded encoders: the peak while they encode (else 0)
     load_phase: int = 0  # set-up: loading, sharding, the shadow copies (module docstring)
     swap_phase: int = 0  # under FSDP: a forward with other weights swapped in (else 0)
-    host_load: int = 0  # each process's host memory at set-up (informational; not in the device peak)
     per_sample_activation: int = 0  # the activations row's increase per train sample (CFG included)
     notes: list = field(default_factory=list)
 
@@ -199,7 +199,7 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
     else:
         out.parts["encoders"] = model.encoder_bytes
     out.parts["rewards"] = rewards
-    out.load_phase, out.host_load = _set_up(model, config, out.parts, p if sharded else 1, offload)
+    out.load_phase = _set_up(model, config, out.parts, p if sharded else 1)
     swaps = out.parts["reference"] or forward_objective or t.ema or t.sampler_decay_rate > 0
     if sharded and not offload and swaps:
         held = {"activations", "overlap"} | ({"gradients"} if out.overlap else set())
@@ -207,28 +207,18 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
     return out
 
 
-def _set_up(model, config, parts: dict, shards: int, offload: bool) -> tuple[int, int]:
-    """(the set-up phase on the device, each process's host memory at set-up) with the denoiser in ``shards``
-    shards (1: not sharded): the module docstring's "set-up"."""
+def _set_up(model, config, parts: dict, shards: int) -> int:
+    """The set-up phase with the denoiser in ``shards`` shards (1: not sharded): the module docstring's "set-up"."""
     t = config.train
-    sharded = shards > 1
-    weight_itemsize = model.weight_itemsize
     encoders = model.encoder_bytes
     if config.sample.offload_encoders:  # each is moved to the device, cast, and moved back
-        encoders = max((n * weight_itemsize for _, n in model.encoders.values()), default=0)
-    block = model.largest_block * (weight_itemsize if t.use_lora else 4)
+        encoders = max((n * model.weight_itemsize for _, n in model.encoders.values()), default=0)
     shadows = parts["reference"] + parts["ema"] + parts["sampler"]
-    transient = block if sharded else 0
-    device = parts["rewards"] + encoders + parts["weights"] + parts.get("ddp buckets", 0) + max(shadows, transient)
-    lora_factors = 4 * model.lora_numel if t.use_lora else 0
-    if sharded:
-        host = model.encoder_bytes + lora_factors + block
-        if offload:  # the sharded weights live on the host
-            whole = model.denoiser_bytes_weight_dtype + lora_factors if t.use_lora else 4 * model.denoiser_numel
-            host += -(-whole // shards)
-    else:
-        host = model.encoder_bytes + parts["weights"]
-    return device, host
+    device = parts["rewards"] + encoders + parts["weights"] + parts.get("ddp buckets", 0) + shadows
+    if shards > 1 and not model.on_accelerator:  # CPU processes: the host's read is the device's memory
+        read_itemsize = model.weight_itemsize if t.use_lora else 4  # the trained denoiser is read in float32
+        device += 2 * -(-model.largest_tensor // shards) * read_itemsize + (4 * model.lora_numel if t.use_lora else 0)
+    return device
 
 
 def backward_passes(config) -> int:

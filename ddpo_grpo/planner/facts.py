@@ -23,6 +23,7 @@ import torch
 from ddpo_grpo.components import WEIGHT_DTYPES
 from ddpo_grpo.memory import store_dtype
 from ddpo_grpo.planner import activations, meta, sources
+from ddpo_grpo.planner import blocks as blocks_mod
 from ddpo_grpo.planner.geometry import geometry
 from ddpo_grpo.planner.rewards import RewardFacts, reward_facts
 
@@ -55,7 +56,7 @@ class ModelFacts:
     encoder_bytes: int
     encoders: dict  # name -> (class, elements)
     denoisers: tuple = ("transformer",)  # the denoiser components (two experts: transformer, transformer_2)
-    largest_block_bytes: int = 0  # the largest block in the weight dtype (the sharded load's transient)
+    largest_tensor: int = 0  # elements of the denoiser's largest parameter or buffer (the sharded load reads by tensor)
     rewards: RewardFacts = None  # the reward models on each process's device
 
 
@@ -165,6 +166,10 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
     for denoiser in denoisers.values():
         _cast(denoiser, compute)  # on meta: the blocks' linear layers then compute (and keep their inputs) in it
     acts = activations.count(counted, first.config, geo.image_tokens, geo.text_tokens, compute)
+    if acts.unmodelled and blocks_mod.unet_inputs(first, 1, geo.latent_side, compute) is not None:
+        acts = activations.count_whole(
+            first, counted, lambda b: blocks_mod.unet_inputs(first, b, geo.latent_side, compute), compute
+        )
     sizes = [meta.numel(b) for b in blocks] or [0]
     root = numel - sum(p.numel() for d in denoisers.values() for p in d.parameters() if id(p) in block_ids)
     return ModelFacts(
@@ -191,6 +196,6 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
         encoder_bytes=encoder_bytes,
         encoders=encoders,
         denoisers=tuple(denoisers),
-        largest_block_bytes=max(sizes) * weight_dtype.itemsize,
+        largest_tensor=max(t.numel() for d in denoisers.values() for t in list(d.parameters()) + list(d.buffers())),
         rewards=reward_facts(config),
     )

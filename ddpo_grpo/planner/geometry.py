@@ -46,6 +46,7 @@ class Geometry:
     latent_numel: int  # elements of one latent
     sample_numel: int  # elements of one decoded sample (3·H·W, video F·3·H·W)
     text_width: int  # width of the text encoder's hidden states (the stored condition)
+    latent_side: int = 0  # the latent's height (= width) in latent pixels, r / f
 
 
 def _read(path: Path) -> dict:
@@ -79,7 +80,7 @@ def geometry(directory: Path, sample) -> Geometry:
     text_tokens = 77 + length if family == "sd3" else length
     text_width = dcfg.get("joint_attention_dim") or dcfg.get("text_dim") or dcfg.get("cross_attention_dim") or 0
     pixels = 3 * r * r * (int(getattr(sample, "num_frames", 0) or VIDEO_DEFAULT_FRAMES) if family == "wan" else 1)
-    return Geometry(family, image_tokens, text_tokens, channels * frames * side * side, pixels, int(text_width))
+    return Geometry(family, image_tokens, text_tokens, channels * frames * side * side, pixels, int(text_width), side)
 
 
 def _side(size) -> int:

@@ -65,7 +65,6 @@ def table(plan) -> str:
         + " |"
     )
     lines.append("| largest train.batch_size | " + " | ".join(largest(plan, e) for e in ests) + " |")
-    lines.append("| host memory at set-up (not in the peak) | " + " | ".join(gib(e.host_load) for e in ests) + " |")
     return "\n".join(lines)
 
 
