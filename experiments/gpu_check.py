@@ -37,10 +37,10 @@ component's depth and width (``TINY_CUTS``) and the sizes (``TINY_SETTINGS``): t
 CPU, which tests/test_gpu_check.py runs.
 
 Settings per family (``CASES``): the recipe's (config/flux.py:pickscore, config/sd3.py:pickscore,
-config/wan.py:t2v) with the sizes of a check: one batch of 2 samples (one group; Wan: 10 steps, not 20), the reward ``redness`` (no reward
-model to download), no tracker, no checkpoints. SD3.5-Medium is fully fine-tuned (the recipe's LoRA off) with no
-EMA and no KL reference (each a float32 copy of its 2.5 B weights, which with bench_train's second AdamW would not
-fit an 80 GB card).
+config/wan.py:t2v) with the sizes of a check: one batch of 2 samples (one group; Wan: 10 steps, not 20), the reward
+``redness`` (no reward model to download), no tracker, no checkpoints. SD3.5-Medium is fully fine-tuned (the
+recipe's LoRA off) with no EMA and no KL reference (each a float32 copy of its 2.2 B trainable weights: the planner
+puts the run at 46.7 GiB, and bench_train's second AdamW adds 16.7, so with both copies it would not fit 80 GB).
 
 With one process (``--nproc_per_node 1``) accelerate creates the process group (NCCL on a GPU) but neither wraps
 the model in DDP nor shards it: ``strategy=fsdp`` leaves the model whole (components.scale_out says so) and the
@@ -57,13 +57,15 @@ only)::
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d .whl diffusers==0.42.1 ml_collections==1.1.0
 
-There (the device tool's ``run``, ``carry: [".whl"]``; about 5 minutes on an H100)::
+There (the device tool's ``run`` with ``carry: [".whl"]``; estimated at about 5 minutes on an H100 from the
+planner's sizes, not yet run on a GPU)::
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 || exit;
     python3 -m torch.distributed.run --standalone --nproc_per_node 1 experiments/gpu_check.py --out $OUT
 
-``$OUT/gpu_check.json`` holds the figures (written after every case, so a cut-short run keeps what it measured) and
+``$OUT/gpu_check.json`` holds the figures (written after every case, so a cut-short run keeps what it measured; a
+case that fails is recorded with its traceback under "failed", the others still run, and the exit status is 1) and
 ``$OUT/gpu_check.log`` the trainers' output. On CPU (what the test runs; ACCELERATE_USE_CPU=1 gives the process
 group gloo)::
 
@@ -71,8 +73,9 @@ group gloo)::
         experiments/gpu_check.py --tiny --out /tmp/gpu_check --peak-tflops 1
 
 Options: --cases flux,sd3,wan; --strategies ddp,fsdp; --repeats N (timed pairs per ratio, default 2);
---max-seconds S (cases not started within S seconds are recorded as skipped; default 420); --peak-tflops X (the
-card's peak dense bf16 TFLOP/s when it is not in the table; needed for an MFU on CPU).
+--max-seconds S (cases not started within S seconds are recorded as skipped; default 360); --workdir DIR (the
+runs' directories and the configs the planner reads; default /tmp/gpu_check_<torchrun's run id>, so that --out
+holds two files); --peak-tflops X (the card's peak dense bf16 TFLOP/s when it is not in the table; needed for an MFU on CPU).
 """
 
 from __future__ import annotations
@@ -85,7 +88,9 @@ import importlib.util
 import json
 import os
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -438,8 +443,8 @@ def check(name: str, strategy: str, args, bench, log) -> dict:
 
     started = time.perf_counter()
     case = CASES[name]
-    cfg = run_config(name, strategy, args.tiny, args.out / "runs")
-    configs = write_configs(case.configs, args.tiny, args.out / "configs" / f"{name}{'_tiny' if args.tiny else ''}")
+    cfg = run_config(name, strategy, args.tiny, args.workdir / "runs")
+    configs = write_configs(case.configs, args.tiny, args.workdir / "configs" / f"{name}{'_tiny' if args.tiny else ''}")
     acc = components.accelerator(cfg)  # the run's Accelerator, as Trainer(cfg) makes it (the first: the process group)
     device = acc.device
     memory = PeakMemory(device)
@@ -519,12 +524,6 @@ def close(trainer) -> None:
     trainer.acc.free_memory()
 
 
-def _device():
-    from accelerate import PartialState
-
-    return PartialState().device
-
-
 def quiet_libraries() -> None:
     """diffusers' and transformers' loading bars and advice off (they would bury the log)."""
     import diffusers
@@ -536,17 +535,18 @@ def quiet_libraries() -> None:
 
 
 def environment(args) -> dict:
+    """The date, card, versions and peak figure (before any case: a report whose cases all fail still has them)."""
     import accelerate
     import diffusers
     import peft
     import transformers
 
-    device = _device()
-    dist = torch.distributed
+    cuda = torch.cuda.is_available() and os.environ.get("ACCELERATE_USE_CPU", "") not in ("1", "true", "True")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
     peak, source = peak_tflops(device, args.peak_tflops)
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "device": torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu",
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
         "versions": {
             "torch": torch.__version__,
             "diffusers": diffusers.__version__,
@@ -556,7 +556,7 @@ def environment(args) -> dict:
             "cuda": torch.version.cuda,
         },
         "processes": int(os.environ.get("WORLD_SIZE", "1")),
-        "backend": dist.get_backend() if dist.is_available() and dist.is_initialized() else None,
+        "backend": None,  # set once the first trainer has made the process group
         "tiny": bool(args.tiny),
         "peak_bf16_tflops": peak,
         "peak_source": source,
@@ -565,14 +565,22 @@ def environment(args) -> dict:
     }
 
 
+def backend() -> str | None:
+    dist = torch.distributed
+    return dist.get_backend() if dist.is_available() and dist.is_initialized() else None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for gpu_check.json, the log and the runs")
+    parser.add_argument("--out", type=Path, required=True, help="folder for gpu_check.json and gpu_check.log")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="folder for the runs and the planner's configs (default: in /tmp)"
+    )
     parser.add_argument("--tiny", action="store_true", help="every component cut (TINY_CUTS), 32 px, 2 steps")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma list of {', '.join(CASES)}")
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma list of ddp, fsdp")
     parser.add_argument("--repeats", type=int, default=2, help="timed pairs per ratio (after one warm-up each)")
-    parser.add_argument("--max-seconds", type=float, default=420.0, help="start no case after this many seconds")
+    parser.add_argument("--max-seconds", type=float, default=360.0, help="start no case after this many seconds")
     parser.add_argument("--peak-tflops", type=float, default=0.0, help="peak dense bf16 TFLOP/s (0: the table)")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -581,13 +589,15 @@ def main(argv=None) -> int:
     if bad:
         parser.error(f"unknown case or strategy {bad[0]!r}: cases {', '.join(CASES)}; strategies ddp, fsdp")
     args.out.mkdir(parents=True, exist_ok=True)
+    launch = os.environ.get("TORCHELASTIC_RUN_ID", str(os.getpid()))  # one folder for every process of a launch
+    args.workdir = args.workdir or Path(tempfile.gettempdir()) / f"gpu_check_{launch}"
     start = time.perf_counter()
     quiet_libraries()
     from ddpo_grpo.distributed import rank
 
     main_process = rank() == 0  # (accelerate's state is made by the first trainer: its Accelerator's settings)
     bench = load_benchmark()
-    report = {"cases": [], "skipped": []}
+    report = {**environment(args), "cases": [], "skipped": [], "failed": []}
     path = args.out / "gpu_check.json"
     with open(args.out / f"gpu_check{'' if main_process else rank()}.log", "a") as log:
         for strategy in strategies:  # every family under the first strategy before the second (if time runs short)
@@ -596,9 +606,17 @@ def main(argv=None) -> int:
                 if elapsed > args.max_seconds:
                     report["skipped"].append({"family": name, "strategy": strategy, "after_s": elapsed})
                     continue
-                result = check(name, strategy, args, bench, log)
-                if "device" not in report:  # the device and process group, once the first trainer made them
-                    report = {**environment(args), **report}
+                try:
+                    result = check(name, strategy, args, bench, log)
+                    report["backend"] = backend()
+                except Exception:  # noqa: BLE001  (one case's failure, e.g. out of memory, must not lose the others)
+                    failure = {"family": name, "strategy": strategy, "error": traceback.format_exc()[-3000:]}
+                    report["failed"].append(failure)
+                    print(f"{name} {strategy} FAILED:\n{failure['error']}", flush=True)
+                    gc.collect()
+                    if torch.cuda.is_available():
+                        torch.cuda.empty_cache()
+                    continue
                 report["cases"].append(result)
                 report["total_s"] = time.perf_counter() - start
                 if main_process:
@@ -607,8 +625,8 @@ def main(argv=None) -> int:
     report["total_s"] = time.perf_counter() - start
     if main_process:
         path.write_text(json.dumps(report, indent=2, default=_jsonable))
-        print(f"{path}: {len(report['cases'])} case(s) in {report['total_s']:.0f} s", flush=True)
-    return 0
+        print(f"{path}: {len(report['cases'])} case(s), {len(report['failed'])} failed, in {report['total_s']:.0f} s")
+    return 1 if report["failed"] else 0
 
 
 def _jsonable(value):
