@@ -435,8 +435,9 @@ def training_pass(trainer, device) -> dict:
     return {"flops": counter.get_total_flops(), "seconds": sorted(times)[0], "samples": len(ep.rollout)}
 
 
-def check(name: str, strategy: str, args, bench, log) -> dict:
-    """One family under one strategy: the trainer, its epoch, the measurements (module docstring)."""
+def check(name: str, strategy: str, args, bench, log, plans: dict) -> dict:
+    """One family under one strategy: the trainer, its epoch, the measurements (module docstring). ``plans``: the
+    planner's Plan per family, made once (it holds both strategies' estimates)."""
     from ddpo_grpo import components, console, planner
     from ddpo_grpo.planner.estimate import GIB
     from ddpo_grpo.trainer import Trainer
@@ -464,7 +465,9 @@ def check(name: str, strategy: str, args, bench, log) -> dict:
     processes = trainer.acc.num_processes
     on_cuda = torch.device(device).type == "cuda"
     card = torch.cuda.get_device_properties(device).total_memory / GIB if on_cuda else 0
-    plan = planner.plan(cfg, processes, card, model=str(configs), accelerator=on_cuda).estimate(strategy)
+    if name not in plans:
+        plans[name] = planner.plan(cfg, processes, card, model=str(configs), accelerator=on_cuda)
+    plan = plans[name].estimate(strategy)
     peak_flops, _ = peak_tflops(device, args.peak_tflops)
     achieved = passed["flops"] / passed["seconds"]
     s = cfg.sample
@@ -598,6 +601,9 @@ def main(argv=None) -> int:
     main_process = rank() == 0  # (accelerate's state is made by the first trainer: its Accelerator's settings)
     bench = load_benchmark()
     report = {**environment(args), "cases": [], "skipped": [], "failed": []}
+    v = report["versions"]
+    print(f"{report['device']}: " + ", ".join(f"{k} {v[k]}" for k in v), flush=True)
+    plans = {}
     path = args.out / "gpu_check.json"
     with open(args.out / f"gpu_check{'' if main_process else rank()}.log", "a") as log:
         for strategy in strategies:  # every family under the first strategy before the second (if time runs short)
@@ -607,7 +613,7 @@ def main(argv=None) -> int:
                     report["skipped"].append({"family": name, "strategy": strategy, "after_s": elapsed})
                     continue
                 try:
-                    result = check(name, strategy, args, bench, log)
+                    result = check(name, strategy, args, bench, log, plans)
                     report["backend"] = backend()
                 except Exception:  # noqa: BLE001  (one case's failure, e.g. out of memory, must not lose the others)
                     failure = {"family": name, "strategy": strategy, "error": traceback.format_exc()[-3000:]}
