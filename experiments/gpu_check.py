@@ -27,14 +27,15 @@ counted (its CPU kernel has no formula there).
 Models. Every component is built on the meta device from its config, its parameters given the storage dtype
 (bfloat16: the three recipes' weight dtype), moved with ``to_empty`` to the run's device (accelerate's, as the
 trainer uses it) and initialised there: weights ~ N(0, 1/fan_in), biases 0, the other one-dimensional parameters
-(norm scales) 1; the buffers the constructors compute (rotary tables, position ids) are kept. Nothing is read or
-downloaded. The denoisers and VAEs are the shipped configs as they are; the text encoders keep their real width and
-vocabulary with one layer (the condition has the real shape: CLIP 77 tokens, T5 / UMT5 ``max_sequence_length``);
+(norm scales) 1; the buffers the constructors compute (rotary tables, position ids) are kept, tied weights tied
+again (T5's embedding table). Nothing is read or downloaded. The denoisers and VAEs are the shipped configs as they
+are; the text encoders keep their real width and vocabulary with one layer (the condition has the real shape: CLIP
+77 tokens, T5 / UMT5 ``max_sequence_length``);
 tokenizers are the character-level ones of ``ddpo_grpo.tiny.common`` (no vocabulary ships), the encoders' special
 token ids set to theirs. The trainer loads the pipeline through a factory file (``pretrained.model =
 "experiments/gpu_check.py:flux"``, the path for user models; ``ddpo_grpo.policies``). ``--tiny`` cuts every
-component's depth and width (``TINY_CUTS``) and the sizes (``TINY_SETTINGS``): the same code path in seconds on a
-CPU, which tests/test_gpu_check.py runs.
+component's depth and width (``TINY_CUTS``) and the sizes (``TINY_SETTINGS``): the same code path in well under a
+minute on a CPU, which tests/test_gpu_check.py runs.
 
 Settings per family (``CASES``): the recipe's (config/flux.py:pickscore, config/sd3.py:pickscore,
 config/wan.py:t2v) with the sizes of a check: one batch of 2 samples (one group; Wan: 10 steps, not 20), the reward
@@ -42,9 +43,10 @@ config/wan.py:t2v) with the sizes of a check: one batch of 2 samples (one group;
 recipe's LoRA off) with no EMA and no KL reference (each a float32 copy of its 2.2 B trainable weights: the planner
 puts the run at 46.7 GiB, and bench_train's second AdamW adds 16.7, so with both copies it would not fit 80 GB).
 
-With one process (``--nproc_per_node 1``) accelerate creates the process group (NCCL on a GPU) but neither wraps
-the model in DDP nor shards it: ``strategy=fsdp`` leaves the model whole (components.scale_out says so) and the
-trainer runs no collective (ddpo_grpo/distributed.py). Each case's ``sharded`` and ``wrapped`` fields record it.
+With one process (``--nproc_per_node 1``) accelerate creates the process group (NCCL on a GPU) but does not wrap
+the model in DDP (on CPU with ACCELERATE_USE_CPU=1 it does, over gloo), nothing is sharded: ``strategy=fsdp`` leaves
+the model whole (components.scale_out says so), and the trainer runs no collective (ddpo_grpo/distributed.py). Each
+case's ``sharded`` and ``wrapped`` fields record it.
 
 Run on a GPU machine that has torch, transformers, accelerate and peft but not diffusers or ml-collections, and no
 network. Here, once (the wheels, 6.4 MB, into a git-ignored folder of the checkout that travels; diffusers' other
@@ -75,7 +77,8 @@ group gloo)::
 Options: --cases flux,sd3,wan; --strategies ddp,fsdp; --repeats N (timed pairs per ratio, default 2);
 --max-seconds S (cases not started within S seconds are recorded as skipped; default 360); --workdir DIR (the
 runs' directories and the configs the planner reads; default /tmp/gpu_check_<torchrun's run id>, so that --out
-holds two files); --peak-tflops X (the card's peak dense bf16 TFLOP/s when it is not in the table; needed for an MFU on CPU).
+holds two files); --peak-tflops X (the card's peak dense bf16 TFLOP/s when it is not in the table; needed for an
+MFU on CPU).
 """
 
 from __future__ import annotations
