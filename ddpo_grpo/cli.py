@@ -193,6 +193,7 @@ SAMPLING_KEYS = (
     "negative_prompt",
     "image_guidance_scale",
     "num_frames",
+    "guidance_scale_2",
 )
 
 
@@ -220,6 +221,7 @@ def _from_config(config: dict) -> dict:
         "negative_prompt": sample.get("negative_prompt"),
         "image_guidance_scale": sample.get("image_guidance_scale"),
         "num_frames": sample.get("num_frames"),
+        "guidance_scale_2": sample.get("guidance_scale_2"),
     }
     return {k: v for k, v in pick.items() if v is not None}
 

@@ -8,7 +8,8 @@ resolution (videos: 5 frames):
     log-prob, the kernel's default noise: flow_grpo noise_level 0.7, DDIM eta 1.0) against the family's plain
     diffusers call on the SAME pipeline object and initial noise, ``Policy.reference_sample`` (``pipeline(prompt,
     negative_prompt, num_inference_steps, guidance_scale, height, width, latents, output_type="pt", ...)``, with the
-    policy's scheduler kind; progress bar off). Both encode the prompts (and source images), run T CFG denoiser passes
+    policy's scheduler kind; progress bar off), both under the trainer's autocast (mixed_precision), as its rollouts
+    run. Both encode the prompts (and source images), run T CFG denoiser passes
     and decode to tensors. Where the pipeline takes one prompt per call (Qwen-Image-Edit-Plus, Wan image-to-video),
     the baseline is one call per prompt, as a user of that pipeline must run it. Target ≤ 1.05.
 (b) train pass ÷ bare loop   ``Trainer.update_phase`` (config/quickstart.py:tiny, LoRA) over a rollout from
@@ -17,6 +18,8 @@ resolution (videos: 5 frames):
     optimizer step + zero_grad per minibatch. The bare loop's optimizer is a separate AdamW with the
     trainer's hyper-parameters but lr = 0 (same arithmetic as the trainer's step, weights untouched),
     and its inputs are gathered before the clock starts. Target ≤ 1.10.
+
+On a GPU every timed unit ends with ``torch.cuda.synchronize()``, so that it times the queued work, not its launch.
 
 Why ratios: this machine's CPU cores are shared with other jobs, so absolute seconds drift by tens
 of percent from minute to minute. Each measured function is warmed up once, then the two sides are
@@ -86,8 +89,10 @@ def interleaved(fn_a, fn_b, repeats: int, min_unit: float) -> dict:
     """
     fn_a()
     fn_b()
+    _synchronize()
     start = time.perf_counter()
     fn_b()
+    _synchronize()
     number = max(1, math.ceil(min_unit / max(time.perf_counter() - start, 1e-9)))
     times_a, times_b = [], []
     for _ in range(repeats):
@@ -95,6 +100,7 @@ def interleaved(fn_a, fn_b, repeats: int, min_unit: float) -> dict:
             start = time.perf_counter()
             for _ in range(number):
                 fn()
+            _synchronize()
             times.append((time.perf_counter() - start) / number)
     ratios = [a / b for a, b in zip(times_a, times_b)]
     return {
@@ -105,6 +111,12 @@ def interleaved(fn_a, fn_b, repeats: int, min_unit: float) -> dict:
         "ratio_max": max(ratios),
         "number": number,
     }
+
+
+def _synchronize() -> None:
+    """Wait for the GPU's queued work (a timer read before it would time the launches, not the work)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def make_config(model: str, args, resolution: int, logdir: str):
@@ -194,7 +206,7 @@ def bench_rollout(trainer, args) -> dict:
     def baseline():
         policy.reference_sample(rows, latents, s.num_steps, s.guidance_scale, s.negative_prompt)
 
-    with torch.no_grad():
+    with torch.no_grad(), trainer.autocast():  # the trainer's precision (its rollouts run under it), both sides
         result = interleaved(ours, baseline, args.repeats, args.min_unit)
     policy.denoiser.train()
     return result
@@ -249,9 +261,9 @@ def bench_train(trainer, args) -> dict:
                 bare_optimizer.step()
                 bare_optimizer.zero_grad(set_to_none=True)
 
-    before = [p.detach().clone() for p in params]
+    before = [p.detach().to("cpu", copy=True) for p in params]  # host memory: a full fine-tune's copy would not fit
     baseline()
-    if not all(torch.equal(a, p) for a, p in zip(before, params)):
+    if not all(torch.equal(a, p.detach().cpu()) for a, p in zip(before, params)):
         raise RuntimeError("the bare loop changed the trainable weights (its optimizer must have lr = 0)")
     result = interleaved(ours, baseline, args.repeats, args.min_unit)
     k_steps = rollout.train_steps.shape[1]

@@ -72,6 +72,7 @@ DEFAULT_SAMPLING = {
     "negative_prompt": "",
     "image_guidance_scale": None,
     "num_frames": 0,
+    "guidance_scale_2": None,
 }
 
 
@@ -137,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="video families: frames per video (Wan: 4k + 1; default: the run's, else 0 = the family's default)",
+    )
+    p.add_argument(
+        "--guidance_scale_2",
+        type=float,
+        default=None,
+        help="two-expert models (Wan 2.2): the low-noise expert's CFG scale (default: the run's, else --guidance_scale)",
     )
     p.add_argument("--fps", type=int, default=16, help="video families: frames per second of the GIF / MP4")
     p.add_argument("--batch_size", type=int, default=8, help="images per denoiser batch")
@@ -219,6 +226,8 @@ def sample(args) -> list[dict]:
     extra = {"kernel": args.kernel} if args.kernel else {}
     if args.image_guidance_scale is not None:  # (read by the image-conditioned families only)
         extra["image_guidance_scale"] = args.image_guidance_scale
+    if args.guidance_scale_2 is not None:  # (read by two-expert families only)
+        extra["guidance_scale_2"] = args.guidance_scale_2
     try:
         policy = build_policy(
             pipeline,
@@ -231,6 +240,7 @@ def sample(args) -> list[dict]:
     except ValueError as exc:
         flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"
         flag = f"--num_frames {args.num_frames}" if "num_frames" in str(exc) else flag
+        flag = f"--guidance_scale_2 {args.guidance_scale_2}" if "guidance_scale_2" in str(exc) else flag
         raise UsageError(f"{flag}: {exc}") from exc
     pipeline.to(device)
 

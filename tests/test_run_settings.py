@@ -66,6 +66,7 @@ def test_newest_checkpoint_config_is_the_fallback(tmp_path):
             "negative_prompt": "",
             "image_guidance_scale": 1.5,
             "num_frames": 5,
+            "guidance_scale_2": 3.0,
         },
     )
     got, source = run_sampling_settings(str(run / "final"))
@@ -78,6 +79,7 @@ def test_newest_checkpoint_config_is_the_fallback(tmp_path):
         "negative_prompt": "",
         "image_guidance_scale": 1.5,
         "num_frames": 5,
+        "guidance_scale_2": 3.0,
     }
     assert source.endswith("epoch_000016/state.json") and set(got) == set(SAMPLING_KEYS)
 
@@ -107,6 +109,19 @@ def test_flags_override_and_the_sources_are_printed(tmp_path):
         "sampling settings: num_steps=20 (run), guidance_scale=7.0 (flag), max_sequence_length=77 (default)"
     )
     assert line.endswith("final/ddpo_grpo_final.json")
+
+
+def test_guidance_scale_2_reaches_the_policy_and_is_refused_on_one_transformer(tmp_path, capsys):
+    """--guidance_scale_2 (a run's sample.guidance_scale_2) is handed to the adapter: a Wan with one transformer
+    refuses it in one line naming the flag."""
+    from ddpo_grpo.tiny import build_tiny_wan
+
+    build_tiny_wan(tmp_path / "wan")
+    sample = load_script("sample")
+    args = ["--model", str(tmp_path / "wan"), "--prompts", "simple", "--out", str(tmp_path / "a"), "--device", "cpu"]
+    with pytest.raises(SystemExit):
+        sample.main([*args, "--num_steps", "2", "--guidance_scale_2", "3.0"])
+    assert "--guidance_scale_2 3.0: sample.guidance_scale_2=3.0" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +161,6 @@ def test_evaluate_script_follows_the_run(full_run, tmp_path, capsys):
         evaluate.main(["--model", str(full_run / "final"), "--limit", "2", "--out", str(out), "--device", "cpu"]) == 0
     )
     data = json.loads((out / "eval.json").read_text())
-    assert data["sampling"] == {k: v for k, v in SAMPLING.items()} and data["resolution"] == 32
+    assert data["sampling"] == {**SAMPLING, "guidance_scale_2": None} and data["resolution"] == 32  # (not in the run)
     assert data["args"]["num_steps"] == 3 and data["args"]["per_group"] == 0  # --limit: every limited prompt once
     assert "num_steps=3 (run)" in capsys.readouterr().out

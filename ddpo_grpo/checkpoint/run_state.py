@@ -225,6 +225,7 @@ def final_manifest(config, policy, model_path: str) -> dict:
         "negative_prompt": s.negative_prompt,
         "image_guidance_scale": s.image_guidance_scale,
         "num_frames": s.num_frames,
+        "guidance_scale_2": s.get("guidance_scale_2"),
         "train_num_steps": s.num_steps,
         "noise_level": policy.noise_level,
     }
