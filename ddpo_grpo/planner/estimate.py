@@ -51,8 +51,8 @@ The peak is the largest of four phases:
                  build_weights load a pipeline: each component read in its dtype (the weight dtype; the trained
                  denoiser in float32 for full fine-tuning) and moved to the device; under FSDP the denoiser built on
                  the meta device, sharded, and each process reading only its own shards' slices, one tensor at a
-                 time (ddpo_grpo/sharded_loading.py). On the device: the rewards + the encoders (with offloading, the
-                 largest one: each is moved back to the host after its cast) + the weights row (÷ P under FSDP) +
+                 time (ddpo_grpo/sharded_loading.py). On the device: the rewards + the encoders (all of them, even with
+                 offloading: they are moved to the device first, then back) + the weights row (÷ P under FSDP) +
                  the DDP buckets (allocated when DDP wraps the model) + the shadow copies made at the end
                  (reference, EMA, sampler). The files are read on the host: under FSDP one tensor's slice at a
                  time, twice its bytes (the slice, and the file's pages it touched, resident until the file is
@@ -210,9 +210,7 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
 def _set_up(model, config, parts: dict, shards: int) -> int:
     """The set-up phase with the denoiser in ``shards`` shards (1: not sharded): the module docstring's "set-up"."""
     t = config.train
-    encoders = model.encoder_bytes
-    if config.sample.offload_encoders:  # each is moved to the device, cast, and moved back
-        encoders = max((n * model.weight_itemsize for _, n in model.encoders.values()), default=0)
+    encoders = model.encoder_bytes  # all on the device before the offloaded ones go back to the host
     shadows = parts["reference"] + parts["ema"] + parts["sampler"]
     device = parts["rewards"] + encoders + parts["weights"] + parts.get("ddp buckets", 0) + shadows
     if shards > 1 and not model.on_accelerator:  # CPU processes: the host's read is the device's memory
