@@ -1,6 +1,8 @@
 """The memory planner (ddpo_grpo/planner, scripts/plan.py): sizes on meta equal the real ones, the parts add up and
 move the way the levers say, the shipped configs give the published model sizes, bad input is one line."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -321,7 +323,23 @@ def test_set_up_phase_per_strategy(tiny_flux):
     assert fsdp.load_phase == fsdp.parts["weights"] + f.encoder_bytes + fsdp.parts["ema"] + read
     gpu = planner.plan(_config(use_lora=False, ema=True), 2, 1.0, model=str(tiny_flux), accelerator=True)
     assert gpu.estimate("fsdp").load_phase == fsdp.load_phase - read  # the slice is read on the host
-    assert ddp.peak == max(ddp.phases.values()) and set(ddp.phases) == {"training", "encoding", "load", "swap"}
+    assert ddp.peak == max(ddp.phases.values())
+    assert set(ddp.phases) == {"training", "encoding", "load", "swap", "sampling"}
+
+
+def test_gathered_sampling_holds_the_whole_denoiser(tiny_flux):
+    """distributed.gather_for_sampling (FSDP): the rollouts hold the whole denoiser in the compute dtype beside the
+    sharded state; without it, no such phase."""
+    c = _config(use_lora=False, optimizer="adamw")
+    p = planner.plan(c, 2, 1.0, model=str(tiny_flux), accelerator=False)
+    assert p.estimate("fsdp").sampling_phase == 0
+    with c.unlocked() if hasattr(c, "unlocked") else contextlib.nullcontext():
+        c.distributed.gather_for_sampling = True
+    p = planner.plan(c, 2, 1.0, model=str(tiny_flux), accelerator=False)
+    e, f = p.estimate("fsdp"), p.facts
+    static = e.parts["weights"] + e.parts["optimizer"] + e.parts["store"] + e.parts["encoders"]
+    assert e.sampling_phase == static + f.denoiser_numel * f.compute_itemsize
+    assert p.estimate("ddp").sampling_phase == 0
 
 
 def test_report_names_the_phases(tiny_flux):

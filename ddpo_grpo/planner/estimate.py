@@ -43,7 +43,7 @@ b = train.batch_size:
     rewards      the reward models every process builds for the whole run (reward.fns, and the eval.reward scorers
                  with eval.freq, a second instance even of a training reward), in their dtype (rewards.py)
 
-The peak is the largest of four phases:
+The peak is the largest of five phases:
 
     training     the sum of the parts above
     encoding     with offloaded encoders: the encoders back on the device, no activations or gradients
@@ -61,6 +61,12 @@ The peak is the largest of four phases:
                  adds it. (A component read in the dtype it is stored in is mapped from its file, not copied: on
                  CPU processes its pages count once the run touches them; read in another dtype, diffusers holds
                  the file's tensors beside the converted ones, on the host, one weight file at a time.)
+    sampling     under FSDP with distributed.gather_for_sampling (when present in the config): the rollouts hold
+                 the whole denoiser all-gathered in the compute dtype for each batch (sharding.gathered) beside the
+                 sharded weights and states, the store, the encoders and rewards; no gradients (set to None after
+                 each step) nor training activations; with the lagging sampler swapped in, its 4·T/P saved copy.
+                 (The run checks at set-up that the whole denoiser fits the device's free memory then, before the
+                 states, store and EMA exist: this phase is what sampling needs later.)
     swap         under FSDP, a forward with other weights swapped in (weights.swapped: the reference, the forward
                  objectives' old policy, the EMA for evaluation, the lagging sampler for rollouts): the sharded
                  trainable parameters are copied in place, their current values saved first, 4·T/P; the other
@@ -91,6 +97,7 @@ class Estimate:
     encoding_phase: int = 0  # with offloaded encoders: the peak while they encode (else 0)
     load_phase: int = 0  # set-up: loading, sharding, the shadow copies (module docstring)
     swap_phase: int = 0  # under FSDP: a forward with other weights swapped in (else 0)
+    sampling_phase: int = 0  # under FSDP with gathered sampling: the whole denoiser gathered (else 0)
     per_sample_activation: int = 0  # the activations row's increase per train sample (CFG included)
     notes: list = field(default_factory=list)
 
@@ -109,6 +116,7 @@ class Estimate:
             "encoding": self.encoding_phase,
             "load": self.load_phase,
             "swap": self.swap_phase,
+            "sampling": self.sampling_phase,
         }
 
     @property
@@ -124,7 +132,7 @@ class Estimate:
         rest = sum(v for k, v in self.parts.items() if k not in ("activations", "overlap"))
         act = self.parts.get("activations", 0) + (batch - self.batch) * self.per_sample_activation
         overlap = -min(act, self.parts.get("gradients", 0)) if self.overlap else 0
-        return max(rest + act + overlap, self.encoding_phase, self.load_phase, self.swap_phase)
+        return max(rest + act + overlap, self.encoding_phase, self.load_phase, self.swap_phase, self.sampling_phase)
 
     def largest_batch(self, memory: int) -> int:
         """The largest train.batch_size whose peak fits ``memory`` bytes (0 when even one sample does not fit)."""
@@ -204,6 +212,11 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
     if sharded and not offload and swaps:
         held = {"activations", "overlap"} | ({"gradients"} if out.overlap else set())
         out.swap_phase = sum(v for k, v in out.parts.items() if k not in held) + -(-f32 // p)
+    if sharded and getattr(d, "gather_for_sampling", False):
+        held = {"activations", "overlap", "gradients", "fsdp gathered", "fsdp grad in flight"}
+        out.sampling_phase = sum(v for k, v in out.parts.items() if k not in held)
+        out.sampling_phase += model.denoiser_numel * model.compute_itemsize
+        out.sampling_phase += -(-f32 // p) if t.sampler_decay_rate > 0 and not offload else 0
     return out
 
 

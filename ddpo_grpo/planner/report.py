@@ -27,6 +27,7 @@ PHASES = (
     ("encoding", "encoding phase (offloaded encoders)"),
     ("load", "set-up phase (loading, sharding)"),
     ("swap", "swap phase (other weights swapped in)"),
+    ("sampling", "sampling phase (the denoiser gathered whole)"),
 )
 
 
