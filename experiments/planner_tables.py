@@ -49,6 +49,13 @@ RECIPES = (
         {"model": "Wan-AI/Wan2.1-T2V-14B-Diffusers"},
     ),
     ("Wan 2.1 T2V 1.3B, `config/wan.py:t2v` as shipped", "wan", "t2v", {}),
+    (
+        "Wan 2.2 T2V A14B, `config/wan.py:t2v_a14b` (two experts, LoRA r 64 on both, 5 frames of 480², one SDE step "
+        "trained, CFG 4 / 3)",
+        "wan",
+        "t2v_a14b",
+        {},
+    ),
 )
 #: the shipped recipes' experiments (config module -> experiment names; the tiny ones left out)
 SHIPPED = {
@@ -108,6 +115,10 @@ def table(title, module, name, overrides) -> str:
     for part in report.ORDER:
         if any(e.parts.get(part) for e in ests):
             lines.append(f"| {part} | " + " | ".join(report.gib(e.parts.get(part, 0)) for e in ests) + " |")
+    lines.append("| training phase | " + " | ".join(report.gib(e.training_phase) for e in ests) + " |")
+    for phase, label in report.PHASES:
+        if any(e.phases[phase] for e in ests):
+            lines.append(f"| {label} | " + " | ".join(report.gib(e.phases[phase]) for e in ests) + " |")
     lines.append("| **peak** | " + " | ".join(f"**{report.gib(e.peak)}**" for e in ests) + " |")
     lines.append("| fits 80 GiB | " + " | ".join("yes" if e.peak <= MEMORY else "no" for e in ests) + " |")
     lines.append("| largest train.batch_size | " + " | ".join(report.largest(plan, e) for e in ests) + " |")

@@ -189,11 +189,13 @@ def worker(point: str, logdir: str, out: str) -> None:
     base = _status("VmRSS")
     trainer = Trainer(config)
     setup = _status("VmHWM") - base
+    kinds = {"setup_file": _status("RssFile"), "setup_anon": _status("RssAnon")}  # (file-mapped vs anonymous)
     Path("/proc/self/clear_refs").write_text("5")
     trainer.run_epoch(0, console.Clock(1))
     epoch = _status("VmHWM") - base
+    kinds.update(end_file=_status("RssFile"), end_anon=_status("RssAnon"))
     rank = int(os.environ.get("RANK", "0"))
-    Path(out, f"rank{rank}.json").write_text(json.dumps({"epoch": epoch, "setup": setup, "base": base}))
+    Path(out, f"rank{rank}.json").write_text(json.dumps({"epoch": epoch, "setup": setup, "base": base, **kinds}))
 
 
 def predict(point: str, logdir: str) -> dict:
@@ -260,6 +262,52 @@ def run_point(point: str, logdir: str) -> dict:
     )
 
 
+def describe(pt: Point) -> str:
+    """The run of a point in words (the table's column)."""
+    words = ["LoRA r 4" if pt.lora else "full", f"batch {pt.batch}"]
+    if pt.trained > 1:
+        words.append(f"{pt.trained} backward passes per step")
+    if pt.checkpointing:
+        words.append("checkpointing")
+    if pt.beta:
+        words.append("KL (reference swapped in)")
+    if pt.precision == "bf16":
+        words.append("bf16 autocast")
+    if pt.small:
+        words.append("d = 768, 156 M")
+    if pt.reward:
+        words.append("a 86 M CLIP reward")
+    return ", ".join(words)
+
+
+def table(results: Path) -> str:
+    """The markdown table of a results file: per point the predicted and measured peaks (the point's, and the
+    set-up's under FSDP), the errors, the phase the prediction peaks in."""
+
+    def gib(xs):
+        return ", ".join(f"{x:.2f}" for x in xs)
+
+    lines = [
+        "| point | processes, strategy | run | predicted peak GiB (phase) | measured GiB | error | set-up: predicted, "
+        "measured GiB | error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for line in results.read_text().splitlines():
+        r = json.loads(line)
+        pt = Point(**r["setting"]) if isinstance(r["setting"], dict) else Point(*r["setting"])
+        setup = "—", "—"
+        if pt.strategy == "fsdp" and pt.processes > 1:
+            setup = (
+                f"{r['setup_predicted_gib']:.2f}, {gib(r['setup_measured_gib'])}",
+                f"{r['setup_error_pct']:+.1f} %",
+            )
+        lines.append(
+            f"| `{r['point']}` | {pt.processes} × {pt.strategy} | {describe(pt)} | {r['predicted_gib']:.2f} "
+            f"({r['predicted_phase']}) | {gib(r['measured_gib'])} | {r['error_pct']:+.1f} % | {setup[0]} | {setup[1]} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", default="all")
@@ -268,7 +316,11 @@ def main() -> None:
     ap.add_argument("--out")
     ap.add_argument("--results", default="")
     ap.add_argument("--repredict", default="", help="a results file: print its rows with today's planner predictions")
+    ap.add_argument("--table", default="", help="a results file: print its rows as docs/scaling.md's markdown table")
     args = ap.parse_args()
+    if args.table:
+        print(table(Path(args.table)))
+        return
     if args.worker:
         worker(args.worker, args.logdir, args.out)
         return
