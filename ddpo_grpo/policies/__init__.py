@@ -4,10 +4,12 @@
     build_policy(model, **kw)   -> Policy adapter around it
     canonical_model(model)      -> the same model with local paths made absolute (for manifests)
 
-Adding a model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy``
-subclass) + one line in ``ADAPTERS`` (+ one in ``PIPELINES`` when its pipeline class is not one of diffusers') + its
-tiny builder in ``ddpo_grpo.tiny.FAMILIES``; the adapter test kit (tests/test_adapter_kit.py) then checks it
-(docs/adapters.md). The supported families and their recipes: docs/models.md.
+Every family is registered once, by the ``FamilySpec`` at the end of its adapter file (``policies.family``): the
+tables here (``ADAPTERS``, ``PIPELINES``), ``ddpo_grpo.tiny``'s and the planner's are views of that registry. Adding a
+model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy`` subclass)
+with its spec, its tiny builder, a config and its checkpoints' configs; the adapter test kit
+(tests/test_adapter_kit.py) then checks it (docs/adapters.md). The supported families and their recipes:
+docs/models.md.
 
 A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
 ``"path/to/my_model.py"``, which calls ``build``) imports the file (``ddpo_grpo.plugins.import_user_file``)
@@ -27,27 +29,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-#: pipeline class name -> "module:Class" of its adapter (imported lazily)
-ADAPTERS = {
-    "StableDiffusionPipeline": "ddpo_grpo.policies.sd:SDPolicy",
-    "StableDiffusion3Pipeline": "ddpo_grpo.policies.sd3:SD3Policy",
-    "StableDiffusionInstructPix2PixPipeline": "ddpo_grpo.policies.ip2p:IP2PPolicy",
-    "DenoiserPipeline": "ddpo_grpo.policies.denoiser:DenoiserPolicy",
-    "FluxPipeline": "ddpo_grpo.policies.flux:FluxPolicy",
-    "FluxKontextPipeline": "ddpo_grpo.policies.kontext:KontextPolicy",
-    "QwenImagePipeline": "ddpo_grpo.policies.qwen_image:QwenImagePolicy",
-    "QwenImageEditPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPolicy",
-    "QwenImageEditPlusPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPlusPolicy",
-    "ZImagePipeline": "ddpo_grpo.policies.zimage:ZImagePolicy",
-    "StableDiffusionXLPipeline": "ddpo_grpo.policies.sdxl:SDXLPolicy",
-    "WanPipeline": "ddpo_grpo.policies.wan:WanPolicy",
-    "WanImageToVideoPipeline": "ddpo_grpo.policies.wan_i2v:WanI2VPolicy",
-}
+from ddpo_grpo.policies.family import FamilySpec, View, families, register  # noqa: F401 (the registry's API)
+
+#: pipeline class name -> "module:Class" of its adapter (a view of the family specs; adapters imported on first use)
+ADAPTERS = View(lambda: {p: spec.adapter_target for p, spec in families().items()})
 
 #: pipeline classes that are not diffusers': class name (model_index.json `_class_name`) -> "module:Class"
-PIPELINES = {
-    "DenoiserPipeline": "ddpo_grpo.pipelines:DenoiserPipeline",
-}
+PIPELINES = View(lambda: {p: spec.pipeline_target for p, spec in families().items() if spec.pipeline_target})
 
 #: the function a factory file spec without ":name" calls
 DEFAULT_FACTORY = "build"

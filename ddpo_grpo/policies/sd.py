@@ -43,3 +43,11 @@ class SDPolicy(DiffusionPolicy):
             latents=latents,
             eta=0.0,
         )
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+SPEC = FamilySpec(
+    name="sd", pipeline="StableDiffusionPipeline", adapter=SDPolicy, tiny="ddpo_grpo.tiny.sd:build_tiny_sd"
+)

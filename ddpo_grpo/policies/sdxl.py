@@ -74,3 +74,11 @@ class SDXLPolicy(SDPolicy):
         if not negative_prompt:  # None: the pipeline's zero embeddings (force_zeros_for_empty_prompt)
             kwargs["negative_prompt"] = None
         return kwargs
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+SPEC = FamilySpec(
+    name="sdxl", pipeline="StableDiffusionXLPipeline", adapter=SDXLPolicy, tiny="ddpo_grpo.tiny.sdxl:build_tiny_sdxl"
+)

@@ -265,3 +265,30 @@ class WanPolicy(FlowPolicy):
             latents=latents,
             max_sequence_length=self.max_sequence_length,
         )
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+
+def real_cut(shipped: dict, encoders) -> dict:
+    """1 block of 2 heads (of the shipped head width, which the RoPE axes split); the cut encoders' widths (UMT5's;
+    the CLIP image encoder's for Wan 2.1 image-to-video)."""
+    cut = dict(num_layers=1, num_attention_heads=2, text_dim=encoders["text_encoder"].d_model)
+    if shipped.get("image_dim") is not None:
+        cut["image_dim"] = encoders["image_encoder"].hidden_size
+    return cut
+
+
+SPEC = FamilySpec(
+    name="wan",
+    pipeline="WanPipeline",
+    adapter=WanPolicy,
+    tiny="ddpo_grpo.tiny.wan:build_tiny_wan",
+    checkpoints=(
+        Checkpoint("wan2.1-t2v-1.3b", recipe="config.wan:t2v"),
+        Checkpoint("wan2.1-t2v-14b", recipe="config.wan:t2v"),
+    ),
+    real_cut=real_cut,
+    geometry="wan",
+)
