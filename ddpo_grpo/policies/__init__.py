@@ -26,16 +26,51 @@ import importlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from ddpo_grpo.policies.family import FamilySpec, View, families, register  # noqa: F401 (the registry's API)
+#: the registry's API, re-exported from ``policies.family`` on first use (``__getattr__``: keeps this import light)
+_FAMILY_API = ("Checkpoint", "FamilySpec", "by_name", "families", "register")
+
+
+def __getattr__(name: str):
+    if name in _FAMILY_API:
+        from ddpo_grpo.policies import family
+
+        return getattr(family, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class View(Mapping):
+    """A read-only mapping computed from the family registry on each use (``ADAPTERS``, ``tiny.BUILDERS``, …):
+    ``build`` gets ``families()`` (pipeline class -> ``FamilySpec``) and returns the dict."""
+
+    def __init__(self, build):
+        self._build = build
+
+    def _data(self) -> dict:
+        from ddpo_grpo.policies.family import families
+
+        return self._build(families())
+
+    def __getitem__(self, key):
+        return self._data()[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+    def __repr__(self) -> str:
+        return repr(self._data())
+
 
 #: pipeline class name -> "module:Class" of its adapter (a view of the family specs; adapters imported on first use)
-ADAPTERS = View(lambda: {p: spec.adapter_target for p, spec in families().items()})
+ADAPTERS = View(lambda specs: {p: spec.adapter_target for p, spec in specs.items()})
 
 #: pipeline classes that are not diffusers': class name (model_index.json `_class_name`) -> "module:Class"
-PIPELINES = View(lambda: {p: spec.pipeline_target for p, spec in families().items() if spec.pipeline_target})
+PIPELINES = View(lambda specs: {p: spec.pipeline_target for p, spec in specs.items() if spec.pipeline_target})
 
 #: the function a factory file spec without ":name" calls
 DEFAULT_FACTORY = "build"

@@ -17,15 +17,14 @@ the rest of the house needs to know about it:
 The registry (``families()``) is assembled on first use by importing every module of ``ddpo_grpo.policies`` and
 collecting their specs (and any ``register``-ed from outside the package), so that ``import ddpo_grpo.policies``
 stays cheap; ``policies.ADAPTERS``, ``policies.PIPELINES``, ``tiny.BUILDERS``, ``tiny.FAMILIES`` and the planner's
-family table are views of it. Adding a family: docs/adapters.md.
+family table are views of it (``policies.View``). Adding a family: docs/adapters.md.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-import pkgutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,6 +134,8 @@ def register(spec: FamilySpec) -> None:
 
 def _discover() -> dict[str, FamilySpec]:
     """Pipeline class -> spec, from every ``SPEC`` / ``SPECS`` of the modules of ``ddpo_grpo.policies``."""
+    import pkgutil
+
     import ddpo_grpo.policies as package
 
     specs = []
@@ -166,25 +167,3 @@ def by_name(name: str) -> FamilySpec:
         if spec.name == name:
             return spec
     raise KeyError(f"no model family named {name!r}; known: {sorted(s.name for s in families().values())}")
-
-
-class View(Mapping):
-    """A read-only mapping computed from the registry on first use (``policies.ADAPTERS`` and the like)."""
-
-    def __init__(self, build: Callable[[], dict]):
-        self._build = build
-
-    def _data(self) -> dict:
-        return self._build()
-
-    def __getitem__(self, key):
-        return self._data()[key]
-
-    def __iter__(self) -> Iterator:
-        return iter(self._data())
-
-    def __len__(self) -> int:
-        return len(self._data())
-
-    def __repr__(self) -> str:
-        return repr(self._data())

@@ -31,7 +31,7 @@ import torch
 from diffusers import ModelMixin
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 
-from ddpo_grpo.policies.family import View, families
+from ddpo_grpo.policies import View
 from ddpo_grpo.tiny.common import TEXT_HIDDEN, TOKENIZER_MAX_LENGTH, _char_vocab, build_tokenizer, text_config
 
 # the builders re-exported (``from ddpo_grpo.tiny import build_tiny_sd``); a new family's needs no line here: its spec
@@ -116,7 +116,7 @@ def build_tiny_denoiser(path: str | Path, seed: int = 0, frames: int = 16, featu
 
 
 #: `pretrained.tiny` name -> builder(path) (a view of the family specs)
-BUILDERS = View(lambda: {spec.name: spec.tiny_builder() for spec in families().values()})
+BUILDERS = View(lambda specs: {spec.name: spec.tiny_builder() for spec in specs.values()})
 
 
 def _kit_builder(spec):
@@ -125,7 +125,7 @@ def _kit_builder(spec):
 
 
 #: pipeline class with an adapter -> the tiny builder the adapter test kit runs it on (a view of the family specs)
-FAMILIES = View(lambda: {pipeline: _kit_builder(spec) for pipeline, spec in families().items()})
+FAMILIES = View(lambda specs: {pipeline: _kit_builder(spec) for pipeline, spec in specs.items()})
 
 __all__ = [
     "BUILDERS",
