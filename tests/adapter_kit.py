@@ -105,7 +105,8 @@ def autocast_for(dtype: torch.dtype):
 
 
 def policy_dtype(policy) -> torch.dtype:
-    return next(policy.denoiser.parameters()).dtype
+    """The dtype the policy's denoiser was cast to (diffusers' rule: modules kept in float32 do not count)."""
+    return policy.denoiser_modules()[0].dtype
 
 
 # ---------------------------------------------------------------------------------------------- sampling
