@@ -28,7 +28,7 @@ def build(directory: Path, name: str, library: str, class_name: str) -> torch.nn
     if not folder.is_dir():
         raise ConfigError(f"{folder}: missing (model_index.json names {name!r}); add its config.json")
     try:
-        cls = getattr(importlib.import_module(library), class_name)
+        cls = getattr(library_module(library), class_name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"{folder}: class {library}.{class_name} not found ({exc})") from exc
     quiet = io.StringIO()
@@ -38,6 +38,19 @@ def build(directory: Path, name: str, library: str, class_name: str) -> torch.nn
         from transformers import AutoConfig
 
         return cls._from_config(AutoConfig.from_pretrained(folder))
+
+
+def library_module(library: str):
+    """The module of a model_index.json library: a package ("diffusers", "transformers"), or, as diffusers reads
+    it, a pipeline sub-package of diffusers ("stable_diffusion" for SD 1.5's StableDiffusionSafetyChecker)."""
+    try:
+        return importlib.import_module(library)
+    except ImportError:
+        from diffusers import pipelines
+
+        if hasattr(pipelines, library):
+            return getattr(pipelines, library)
+        raise
 
 
 def numel(module: torch.nn.Module) -> int:

@@ -16,13 +16,25 @@ from ddpo_grpo.errors import ConfigError
 #: config/model_configs/ (the shipped component configs)
 SHIPPED = Path(__file__).resolve().parents[2] / "config" / "model_configs"
 
-#: hub id -> shipped directory name (the recipes in config/flux.py, sd3.py, qwen_image.py, wan.py point at these ids)
+#: hub id -> shipped directory name (the recipes under config/ point at these ids; each directory's sources:
+#: config/model_configs/README.md)
 HUB_IDS = {
-    "black-forest-labs/FLUX.1-dev": "flux1-dev",
+    "stable-diffusion-v1-5/stable-diffusion-v1-5": "sd1.5",
+    "runwayml/stable-diffusion-v1-5": "sd1.5",
+    "stabilityai/stable-diffusion-xl-base-1.0": "sdxl-base-1.0",
     "stabilityai/stable-diffusion-3.5-medium": "sd3.5-medium",
+    "black-forest-labs/FLUX.1-dev": "flux1-dev",
+    "black-forest-labs/FLUX.1-schnell": "flux1-schnell",
+    "black-forest-labs/FLUX.1-Kontext-dev": "flux1-kontext-dev",
     "Qwen/Qwen-Image": "qwen-image",
+    "Qwen/Qwen-Image-Edit": "qwen-image-edit",
+    "Qwen/Qwen-Image-Edit-2509": "qwen-image-edit-2509",
+    "Tongyi-MAI/Z-Image-Turbo": "z-image-turbo",
     "Wan-AI/Wan2.1-T2V-14B-Diffusers": "wan2.1-t2v-14b",
     "Wan-AI/Wan2.1-T2V-1.3B-Diffusers": "wan2.1-t2v-1.3b",
+    "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers": "wan2.1-i2v-14b-480p",
+    "Wan-AI/Wan2.2-T2V-A14B-Diffusers": "wan2.2-t2v-a14b",
+    "Wan-AI/Wan2.2-I2V-A14B-Diffusers": "wan2.2-i2v-a14b",
 }
 
 #: components without weights
