@@ -239,7 +239,9 @@ def shipped_grid(policy, rows_, steps: int) -> dict:
     seen = {}
 
     def stop(pipe, i, t, kwargs):
-        seen.update(sigmas=pipe.scheduler.sigmas.float().clone(), timesteps=pipe.scheduler.timesteps.float().clone())
+        sigmas = getattr(pipe.scheduler, "sigmas", None)  # (a DDPM-family scheduler may have none: PNDM)
+        seen.update(sigmas=None if sigmas is None else sigmas.float().clone())
+        seen.update(timesteps=pipe.scheduler.timesteps.float().clone())
         raise FirstStep
 
     kwargs = policy.pipeline_kwargs(rows_, torch.randn(len(rows_), *policy.latent_shape()), 1.0, "")
@@ -251,15 +253,16 @@ def shipped_grid(policy, rows_, steps: int) -> dict:
 
 
 def grid_gap(policy, rows_, steps: int) -> float:
-    """Max |rollout − shipped| of the σ grid (flow kernels; timesteps for the DDPM kernels), relative to its largest
-    value, at ``steps`` (the plain pipeline's shipped scheduler, ``shipped_grid``)."""
+    """Max |rollout − shipped| of the grid at ``steps``, relative to its largest value: the σ's for the flow kernels;
+    for the DDPM kernels the timesteps the shipped scheduler visits (each once: PNDM's warm-up repeats one), whatever
+    its solver (``shipped_grid``: the plain pipeline's call on its shipped scheduler)."""
     from ddpo_grpo.sde import FLOW_KERNELS
 
     grid, schedule = shipped_grid(policy, rows_, steps), policy.schedule(steps)
     if policy.kernel in FLOW_KERNELS:
         ours, theirs = schedule.kernel_args["sigma"].float(), grid["sigmas"][:steps]
     else:
-        ours, theirs = schedule.timesteps.float(), grid["timesteps"][:steps]
+        ours, theirs = schedule.timesteps.float(), grid["timesteps"].unique().flip(0)
     assert ours.shape == theirs.shape, f"{steps} steps: {ours.shape[0]} vs the pipeline's {theirs.shape[0]}"
     return (ours - theirs).abs().max().item() / max(1.0, theirs.abs().max().item())
 

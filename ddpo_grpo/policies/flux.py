@@ -159,7 +159,10 @@ SPEC = FamilySpec(
     pipeline="FluxPipeline",
     adapter=FluxPolicy,
     tiny="ddpo_grpo.tiny.flux:build_tiny_flux",
-    checkpoints=(Checkpoint("flux1-dev", recipe="config.flux:pickscore"),),
+    checkpoints=(
+        Checkpoint("flux1-dev", recipe="config.flux:pickscore"),
+        Checkpoint("flux1-schnell", recipe="config.flux:pickscore"),  # (no schnell recipe: the family's)
+    ),
     real_cut=real_cut,
     geometry="flux",
 )

@@ -65,7 +65,7 @@ class KontextPolicy(FluxPolicy):
 
 
 # ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
-from ddpo_grpo.policies.family import FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
 from ddpo_grpo.policies.flux import real_cut  # noqa: E402
 
 SPEC = FamilySpec(
@@ -73,6 +73,7 @@ SPEC = FamilySpec(
     pipeline="FluxKontextPipeline",
     adapter=KontextPolicy,
     tiny="ddpo_grpo.tiny.flux:build_tiny_kontext",
+    checkpoints=(Checkpoint("flux1-kontext-dev", recipe="config.flux:kontext"),),
     real_cut=real_cut,
     geometry="flux",
     source_tokens=True,

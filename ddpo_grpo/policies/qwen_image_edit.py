@@ -167,7 +167,7 @@ class QwenImageEditPlusPolicy(QwenImageEditPolicy):
 
 
 # ---- the families' registration (ddpo_grpo.policies.family) -------------------------------------------------
-from ddpo_grpo.policies.family import FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
 from ddpo_grpo.policies.qwen_image import real_cut  # noqa: E402
 
 SPECS = (
@@ -176,6 +176,7 @@ SPECS = (
         pipeline="QwenImageEditPipeline",
         adapter=QwenImageEditPolicy,
         tiny="ddpo_grpo.tiny.qwen:build_tiny_qwen_image_edit",
+        checkpoints=(Checkpoint("qwen-image-edit", recipe="config.qwen_image:edit"),),
         real_cut=real_cut,
         geometry="qwen",
         source_tokens=True,
@@ -185,6 +186,7 @@ SPECS = (
         pipeline="QwenImageEditPlusPipeline",
         adapter=QwenImageEditPlusPolicy,
         tiny="ddpo_grpo.tiny.qwen:build_tiny_qwen_image_edit_plus",
+        checkpoints=(Checkpoint("qwen-image-edit-2509", recipe="config.qwen_image:edit_plus"),),
         real_cut=real_cut,
         geometry="qwen",
         source_tokens=True,

@@ -78,7 +78,7 @@ class WanI2VPolicy(WanPolicy):
 
 
 # ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
-from ddpo_grpo.policies.family import FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
 from ddpo_grpo.policies.wan import real_cut  # noqa: E402
 
 SPEC = FamilySpec(
@@ -86,6 +86,10 @@ SPEC = FamilySpec(
     pipeline="WanImageToVideoPipeline",
     adapter=WanI2VPolicy,
     tiny="ddpo_grpo.tiny.wan:build_tiny_wan_i2v",
+    checkpoints=(
+        Checkpoint("wan2.1-i2v-14b-480p", recipe="config.wan:i2v"),
+        Checkpoint("wan2.2-i2v-a14b", recipe="config.wan:i2v"),
+    ),
     real_cut=real_cut,
     geometry="wan",
 )

@@ -105,7 +105,7 @@ class ZImagePolicy(FlowPolicy):
 
 
 # ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
-from ddpo_grpo.policies.family import FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
 
 
 def real_cut(shipped: dict, encoders) -> dict:
@@ -128,5 +128,6 @@ SPEC = FamilySpec(
     pipeline="ZImagePipeline",
     adapter=ZImagePolicy,
     tiny="ddpo_grpo.tiny.zimage:build_tiny_zimage",
+    checkpoints=(Checkpoint("z-image-turbo", recipe="config.zimage:pickscore"),),
     real_cut=real_cut,
 )

@@ -12,6 +12,8 @@ pipeline's own options in ``model_index.json`` (Wan 2.2's ``boundary_ratio``, â€
     VAE            the shipped number of levels (the spatial factor) at 32 channels (16 base for the video VAEs),
                    1 block per level (``VAE_CUTS``)
     tokenizers     built locally (``tiny.common``): character-level, with the shipped text lengths
+    processors     image processors from their shipped configs (Qwen-Image-Edit's, not shipped: transformers' defaults)
+    left out       what takes no part in sampling (``NOT_SAMPLING``: SD's safety checker)
 
 The result is saved in float32 with ``save_pretrained``; load it in the recipe's dtype (``load_pipeline(dir,
 torch_dtype)``), as a run does.
@@ -121,16 +123,39 @@ def _video_vae(config: dict) -> dict:
 VAE_CUTS = {"AutoencoderKL": _kl_vae, "AutoencoderKLWan": _video_vae, "AutoencoderKLQwenImage": _video_vae}
 
 
-def _tokenizer(class_name: str, max_length: int | None):
+def _tokenizer(directory: Path, name: str, class_name: str, encoder):
+    """A local tokenizer of the kind ``class_name`` with the shipped text length (its ``tokenizer_config.json``'s
+    ``model_max_length``, else its encoder's positions, else the builder's)."""
+    shipped = Path(directory) / name / "tokenizer_config.json"
+    length = read_json(shipped).get("model_max_length") if shipped.is_file() else None
+    length = length or getattr(encoder, "max_position_embeddings", None)
     if class_name.startswith("CLIPTokenizer"):
         tokenizer = build_tokenizer()
-        tokenizer.model_max_length = max_length or 77
-        return tokenizer
-    if class_name.startswith(("T5Tokenizer", "UMT5Tokenizer")):
-        return build_t5_tokenizer()
-    if class_name.startswith("Qwen2Tokenizer"):
-        return build_qwen_tokenizer()
-    raise NotImplementedError(f"no local tokenizer for {class_name}: add one to ddpo_grpo/tiny/common.py")
+    elif class_name.startswith(("T5Tokenizer", "UMT5Tokenizer")):
+        tokenizer = build_t5_tokenizer()
+    elif class_name.startswith("Qwen2Tokenizer"):
+        return build_qwen_tokenizer()  # (the pipelines pass their own lengths)
+    else:
+        raise NotImplementedError(f"no local tokenizer for {class_name}: add one to ddpo_grpo/tiny/common.py")
+    if length:
+        tokenizer.model_max_length = int(length)
+    return tokenizer
+
+
+def _processor(directory: Path, name: str, class_name: str, tokenizer):
+    """An image processor from its shipped ``preprocessor_config.json``; Qwen-Image-Edit's ``Qwen2VLProcessor``
+    (configs not shipped) from transformers' defaults, Qwen2-VL's published pixel range, over the local tokenizer."""
+    import transformers
+
+    if class_name == "Qwen2VLProcessor":
+        return transformers.Qwen2VLProcessor(
+            image_processor=transformers.Qwen2VLImageProcessor(),
+            video_processor=transformers.Qwen2VLVideoProcessor(),
+            tokenizer=tokenizer,
+        )
+    if (Path(directory) / name / "preprocessor_config.json").is_file():
+        return getattr(transformers, class_name).from_pretrained(Path(directory) / name)
+    raise NotImplementedError(f"{Path(directory).name}: no preprocessor_config.json for {name} ({class_name})")
 
 
 def read_json(path: Path) -> dict:
@@ -170,6 +195,11 @@ def _encoder(class_name: str, shipped: dict):
     return cls(config)
 
 
+#: components that take no part in sampling, left out (None): SD's safety checker and the feature extractor feeding it
+#: (a random safety checker would black out the plain pipeline's images at random)
+NOT_SAMPLING = ("safety_checker", "feature_extractor")
+
+
 def build_from_configs(spec, checkpoint, path: str | Path, seed: int = 0):
     """Build ``spec``'s pipeline from ``checkpoint``'s configs (module docstring), save it to ``path``, return it."""
     import diffusers
@@ -179,19 +209,22 @@ def build_from_configs(spec, checkpoint, path: str | Path, seed: int = 0):
     if index["_class_name"] != spec.pipeline:
         raise ValueError(f"{directory}: a {index['_class_name']}, not the {spec.pipeline} of family {spec.name!r}")
     torch.manual_seed(seed)
-    entries = {k: v for k, v in index.items() if isinstance(v, list) and len(v) == 2}
-    parts: dict = {name: None for name, (library, _) in entries.items() if library is None}
-    encoders = {}
-    for name, (library, class_name) in entries.items():  # encoders first: the denoiser takes their widths
-        if library == "transformers" and not class_name.endswith(("Tokenizer", "TokenizerFast", "Processor")):
-            parts[name] = _encoder(class_name, component_config(directory, name))
-            encoders[name] = parts[name].config
+    entries = {k: tuple(v) for k, v in index.items() if isinstance(v, list) and len(v) == 2}
+    parts: dict = {n: None for n, (library, _) in entries.items() if library is None or n in NOT_SAMPLING}
+
+    def kind(*suffixes):
+        return [(n, c) for n, (library, c) in entries.items() if n not in parts and c.endswith(suffixes)]
+
+    encoders = {}  # first: the tokenizers and the denoiser take their sizes
+    for name, class_name in kind(*ENCODER_CUTS):
+        parts[name] = _encoder(class_name, component_config(directory, name))
+        encoders[name] = parts[name].config
+    for name, class_name in kind("Tokenizer", "TokenizerFast"):
+        parts[name] = _tokenizer(directory, name, class_name, encoders.get(name.replace("tokenizer", "text_encoder")))
+    for name, class_name in kind("Processor"):
+        parts[name] = _processor(directory, name, class_name, parts.get("tokenizer"))
     for name, (library, class_name) in entries.items():
         if name in parts:
-            continue
-        if class_name.endswith(("Tokenizer", "TokenizerFast")):
-            twin = encoders.get(name.replace("tokenizer", "text_encoder"))
-            parts[name] = _tokenizer(class_name, getattr(twin, "max_position_embeddings", None))
             continue
         if library != "diffusers":
             raise NotImplementedError(f"{directory.name}: no real-config build for {name} ({library}.{class_name})")
@@ -206,6 +239,8 @@ def build_from_configs(spec, checkpoint, path: str | Path, seed: int = 0):
     pipeline_class = spec.pipeline_class()
     accepted = inspect.signature(pipeline_class.__init__).parameters
     options = {k: v for k, v in index.items() if not k.startswith("_") and k not in entries and k in accepted}
+    if "requires_safety_checker" in options:
+        options["requires_safety_checker"] = False  # (left out above)
     pipeline = pipeline_class(**parts, **options)
     pipeline.save_pretrained(Path(path))
     return pipeline
