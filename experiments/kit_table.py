@@ -46,11 +46,11 @@ def _rows_for(family: str) -> int:
 
 
 def measure(make, n: int, root: Path, tag: str, grid_steps: int | None = None) -> dict:
-    """The table's figures for the policies ``make(**settings)`` returns (a fresh one each call). The editing families
-    compare with the pipeline at its own source size, with CFG (as the kit's checks 2 and 11 do)."""
+    """The table's figures for the policies ``make()`` returns (a fresh one each call). The editing families compare with
+    CFG on, their sources sized by the pipeline's rule at the kit's small area (``adapter_kit.pipeline_sources_as``)."""
     policy = make()
-    if type(policy.pipeline).__name__ in kit.EDIT_FAMILIES:
-        rollout = kit.rollout_gap(make(source_pixels=0), n, 3.0)
+    if type(policy.pipeline).__name__ in kit.EDIT_FAMILIES:  # (their pipelines take one prompt per call)
+        rollout = kit.rollout_gap(policy, n, 3.0)
     else:
         rollout = max(kit.rollout_gap(policy, n, g) for g in (1.0, 3.0))
     logp = max(kit.logp_mismatch(policy, n + 1, g) for g in (1.0, 3.0))

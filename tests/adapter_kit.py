@@ -29,11 +29,12 @@ SMALL_SOURCE = 32 * 32
 EDIT_FAMILIES = ("QwenImageEditPipeline", "QwenImageEditPlusPipeline")
 DTYPES = {"no": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 #: ``gap``'s bound for "equal" per dtype. float32: the same arithmetic up to summation order (decoded samples). bf16
-#: (8 significant bits, unit roundoff u = 2⁻⁸ ≈ 3.9e-3) and fp16 (u = 2⁻¹¹): relative, on the final latents — the
-#: pipeline rounds its latent to that dtype after every step and runs its norms there, where a run's autocast keeps
-#: float32 (measured 0.3–1.3 % in bf16 over 3 steps, docs/models.md); bounded by 8u, far below what a σ-grid or
-#: scaling mistake moves (tens of %)
-TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 8 * 2**-8, torch.float16: 8 * 2**-11}
+#: and fp16, relative on the final latents: the pipeline rounds its latent to that dtype after every step and runs its
+#: norms there, where a run's autocast keeps float32. bf16 (unit roundoff u = 2⁻⁸ ≈ 3.9e-3): measured 0.3–1.3 % over
+#: 3 steps; fp16 (u = 2⁻¹¹): the pipeline's DDIM / Euler step also runs in fp16 and its x0 estimate divides by
+#: √ᾱ_t (up to 14× on SD's schedule), measured 0.9–1.4 % (docs/models.md). Both bounded by 3.1 % (8u of bf16), far
+#: below what a σ-grid or scaling mistake moves (tens of %)
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 8 * 2**-8, torch.float16: 8 * 2**-8}
 _built: dict[str, str] = {}
 
 
@@ -97,6 +98,37 @@ def real_policy(root, family: str, directory: str, dtype: torch.dtype, **overrid
     return build_policy(pipe, policy_settings(pipe, recipe.sample), **{**sizes, **overrides})
 
 
+#: the modules of the editing pipelines whose ``calculate_dimensions`` size the sources (at a fixed 1024² area)
+EDIT_PIPELINE_MODULES = (
+    "diffusers.pipelines.qwenimage.pipeline_qwenimage_edit",
+    "diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus",
+)
+PIPELINE_SOURCE_AREA = 1024 * 1024
+
+
+@contextlib.contextmanager
+def pipeline_sources_as(policy):
+    """While the plain pipeline runs: the Qwen-Image-Edit pipelines' source rule (``calculate_dimensions`` of a fixed
+    1024² area, for the latent's source) at the policy's ``sample.source_pixels`` when that is set, so that the
+    rollout and the pipeline size sources alike at a cost a CPU can pay (a 1024² source through the video VAE takes
+    minutes there in bf16); unchanged otherwise."""
+    import importlib
+
+    area = int(getattr(policy.settings, "source_pixels", 0) or 0)
+    if type(policy.pipeline).__name__ not in EDIT_FAMILIES or not area:
+        yield
+        return
+    modules = [importlib.import_module(m) for m in EDIT_PIPELINE_MODULES]
+    originals = [m.calculate_dimensions for m in modules]
+    for module, original in zip(modules, originals):
+        module.calculate_dimensions = lambda a, ratio, f=original: f(area if a == PIPELINE_SOURCE_AREA else a, ratio)
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, originals):
+            module.calculate_dimensions = original
+
+
 def autocast_for(dtype: torch.dtype):
     """A run's autocast in ``dtype`` (accelerate's for ``mixed_precision`` on a CPU; none in float32)."""
     if dtype == torch.float32:
@@ -134,12 +166,15 @@ def rollout(policy, n, guidance, noise, steps=STEPS, seed=0, autocast=None, **kw
 
 def plain_latents(policy, rows_, latents, steps: int, guidance: float) -> torch.Tensor:
     """The plain pipeline's final latents (``output_type="latent"``, its own layout) from the initial noise
-    ``latents``, with the policy's reference scheduler swapped in as ``reference_sample`` does."""
+    ``latents`` (given in the policy's dtype), with the policy's reference scheduler swapped in as ``reference_sample``
+    does."""
     pipe = policy.pipeline
-    kwargs = policy.pipeline_kwargs(rows_, latents, guidance, "")
+    # (in the pipeline's dtype, as its user passes them: SD's pipelines feed given latents to the UNet uncast)
+    kwargs = policy.pipeline_kwargs(rows_, latents.to(policy_dtype(policy)), guidance, "")
     shipped, pipe.scheduler = pipe.scheduler, policy.reference_scheduler()
     try:
-        out = pipe(num_inference_steps=steps, output_type="latent", return_dict=False, **kwargs)[0]
+        with pipeline_sources_as(policy):
+            out = pipe(num_inference_steps=steps, output_type="latent", return_dict=False, **kwargs)[0]
     finally:
         pipe.scheduler = shipped
     return out.float()
@@ -173,7 +208,8 @@ def rollout_gap(policy, n: int, guidance: float, steps: int = STEPS) -> float:
     dtype = policy_dtype(policy)
     x_T = r.latents[:, 0].float().clone()
     if dtype == torch.float32:
-        return gap(r.samples, policy.reference_sample(rows(n), x_T, steps, guidance), dtype)
+        with pipeline_sources_as(policy):
+            return gap(r.samples, policy.reference_sample(rows(n), x_T, steps, guidance), dtype)
     return gap(outcome(policy, r, n), plain_latents(policy, rows(n), x_T, steps, guidance), dtype)
 
 
@@ -246,7 +282,8 @@ def shipped_grid(policy, rows_, steps: int) -> dict:
 
     kwargs = policy.pipeline_kwargs(rows_, torch.randn(len(rows_), *policy.latent_shape()), 1.0, "")
     try:
-        policy.pipeline(num_inference_steps=steps, output_type="latent", callback_on_step_end=stop, **kwargs)
+        with pipeline_sources_as(policy):
+            policy.pipeline(num_inference_steps=steps, output_type="latent", callback_on_step_end=stop, **kwargs)
     except FirstStep:
         return seen
     raise AssertionError("the pipeline never called callback_on_step_end")

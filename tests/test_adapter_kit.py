@@ -57,6 +57,7 @@ from tests.adapter_kit import (
     logp_mismatch,
     lora_reload,
     make_policy,
+    pipeline_sources_as,
     randomise_lora,
     real_dir,
     real_policy,
@@ -335,7 +336,7 @@ def test_dense_reward_rises(tiny_root, family, tmp_path):
 
 # =============================================================================================== real-config mode
 #: the real checkpoint whose checks run in the default suite (the cheapest in its recipe's dtype on a CPU)
-FAST_REAL = "sd3.5-medium"
+FAST_REAL = "sd1.5"
 _WAN_GRID = (
     "issue 32: Wan samples FlowMatchEuler with shift = flow_shift on its own σ grid, not the shipped UniPC scheduler's"
 )
@@ -416,10 +417,10 @@ def test_real_sigma_grid_is_the_shipped_schedulers(tiny_root, family, directory)
 @pytest.mark.parametrize("family,directory", real_cases("rollout"))
 def test_real_rollout_is_the_plain_pipeline(tiny_root, family, directory):
     """Noise level 0, CFG off and on: the decoded samples equal the plain pipeline's to ≤ 1e-5 in float32; in the
-    recipe's dtype (cast and autocast as a run does) the final latents agree to its rounding (``TOLERANCE``)."""
-    overrides = {"source_pixels": 0} if family in EDIT_FAMILIES else {}  # the pipeline's own source size (as in 2)
+    recipe's dtype (cast and autocast as a run does) the final latents agree to its rounding (``TOLERANCE``). The
+    editing families' sources are sized by the pipeline's rule at the kit's small area (``pipeline_sources_as``)."""
     for dtype in dict.fromkeys((torch.float32, recipe_dtype(family, directory))):
-        policy = real_policy(tiny_root, family, directory, dtype, **overrides)
+        policy = real_policy(tiny_root, family, directory, dtype)
         for guidance in (1.0, 3.0) if family not in EDIT_FAMILIES else (3.0,):
             err = rollout_gap(policy, real_rows(family), guidance)
             assert err <= TOLERANCE[dtype], f"{directory}, {dtype}, guidance {guidance}: rollout vs pipeline {err:.2e}"
@@ -436,7 +437,9 @@ def test_real_vae_decodes_in_the_pipelines_dtype(tiny_root, family, directory):
     x = torch.randn(n, *policy.latent_shape(), generator=torch.Generator().manual_seed(0))
     with torch.no_grad(), autocast_for(dtype)():
         ours = decoder_dtypes(policy.pipeline.vae, lambda: policy.decode(x))
-    theirs = decoder_dtypes(policy.pipeline.vae, lambda: policy.reference_sample(rows(n), x, 1, 1.0))
+    with pipeline_sources_as(policy):
+        plain = lambda: policy.reference_sample(rows(n), x.to(dtype), 1, 1.0)  # (latents in the pipeline's dtype)
+        theirs = decoder_dtypes(policy.pipeline.vae, plain)
     assert ours and theirs and set(ours) == set(theirs), (
         f"{directory}: the policy decodes in {ours[0]}, the pipeline in {theirs[0]}"
     )
