@@ -36,6 +36,8 @@ sys.path.insert(0, str(REPO))
 from ddpo_grpo.policies import build_policy, families, load_pipeline  # noqa: E402
 from tests import adapter_kit as kit  # noqa: E402
 
+LABELS = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
 
 def tiny_policy(root: Path, family: str, **overrides):
     return build_policy(load_pipeline(kit.family_dir(root, family)), **kit.settings(family, **overrides))
@@ -81,9 +83,9 @@ def main(argv=None) -> int:
                 steps = int(checkpoint.recipe_config().sample.num_steps)
                 for dtype in dict.fromkeys((torch.float32, kit.recipe_dtype(pipeline, checkpoint.directory))):
                     make = functools.partial(kit.real_policy, root, pipeline, checkpoint.directory, dtype)
-                    tag = f"{checkpoint.directory}_{str(dtype)[6:]}"
+                    tag = f"{checkpoint.directory}_{LABELS[dtype]}"
                     figures = measure(make, n, root, tag, steps if dtype == torch.float32 else None)
-                    rows.append((spec.name, checkpoint.directory, str(dtype)[6:].replace("float32", "fp32"), figures))
+                    rows.append((spec.name, checkpoint.directory, LABELS[dtype], figures))
                     print(rows[-1], flush=True)
     print("\n| family | build | dtype | rollout vs pipeline | logp mismatch | LoRA Δ | LoRA reload | σ grid |")
     print("|---|---|---|---|---|---|---|---|")

@@ -30,10 +30,10 @@ EDIT_FAMILIES = ("QwenImageEditPipeline", "QwenImageEditPlusPipeline")
 DTYPES = {"no": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 #: ``gap``'s bound for "equal" per dtype. float32: the same arithmetic up to summation order (decoded samples). bf16
 #: and fp16, relative on the final latents: the pipeline rounds its latent to that dtype after every step and runs its
-#: norms there, where a run's autocast keeps float32. bf16 (unit roundoff u = 2⁻⁸ ≈ 3.9e-3): measured 0.3–1.3 % over
+#: norms there, where a run's autocast keeps float32. bf16 (unit roundoff u = 2⁻⁸ ≈ 3.9e-3): measured 0.5–1.2 % over
 #: 3 steps; fp16 (u = 2⁻¹¹): the pipeline's DDIM / Euler step also runs in fp16 and its x0 estimate divides by
-#: √ᾱ_t (up to 14× on SD's schedule), measured 0.9–1.4 % (docs/models.md). Both bounded by 3.1 % (8u of bf16), far
-#: below what a σ-grid or scaling mistake moves (tens of %)
+#: √ᾱ_t (up to 14× on SD's schedule), measured 1.4–2.5 % with CFG 3 (docs/models.md). Both bounded by 3.1 % (8u of
+#: bf16), below what a σ-grid or scaling mistake moves (tens of %)
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 8 * 2**-8, torch.float16: 8 * 2**-8}
 _built: dict[str, str] = {}
 
