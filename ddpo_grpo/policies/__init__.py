@@ -4,10 +4,12 @@
     build_policy(model, **kw)   -> Policy adapter around it
     canonical_model(model)      -> the same model with local paths made absolute (for manifests)
 
-Adding a model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy``
-subclass) + one line in ``ADAPTERS`` (+ one in ``PIPELINES`` when its pipeline class is not one of diffusers') + its
-tiny builder in ``ddpo_grpo.tiny.FAMILIES``; the adapter test kit (tests/test_adapter_kit.py) then checks it
-(docs/adapters.md). The supported families and their recipes: docs/models.md.
+Every family is registered once, by the ``FamilySpec`` at the end of its adapter file (``policies.family``): the
+tables here (``ADAPTERS``, ``PIPELINES``), ``ddpo_grpo.tiny``'s and the planner's are views of that registry. Adding a
+model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy`` subclass)
+with its spec, its tiny builder, a config and its checkpoints' configs; the adapter test kit
+(tests/test_adapter_kit.py) then checks it (docs/adapters.md). The supported families and their recipes:
+docs/models.md.
 
 A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
 ``"path/to/my_model.py"``, which calls ``build``) imports the file (``ddpo_grpo.plugins.import_user_file``)
@@ -24,30 +26,51 @@ import importlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-#: pipeline class name -> "module:Class" of its adapter (imported lazily)
-ADAPTERS = {
-    "StableDiffusionPipeline": "ddpo_grpo.policies.sd:SDPolicy",
-    "StableDiffusion3Pipeline": "ddpo_grpo.policies.sd3:SD3Policy",
-    "StableDiffusionInstructPix2PixPipeline": "ddpo_grpo.policies.ip2p:IP2PPolicy",
-    "DenoiserPipeline": "ddpo_grpo.policies.denoiser:DenoiserPolicy",
-    "FluxPipeline": "ddpo_grpo.policies.flux:FluxPolicy",
-    "FluxKontextPipeline": "ddpo_grpo.policies.kontext:KontextPolicy",
-    "QwenImagePipeline": "ddpo_grpo.policies.qwen_image:QwenImagePolicy",
-    "QwenImageEditPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPolicy",
-    "QwenImageEditPlusPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPlusPolicy",
-    "ZImagePipeline": "ddpo_grpo.policies.zimage:ZImagePolicy",
-    "StableDiffusionXLPipeline": "ddpo_grpo.policies.sdxl:SDXLPolicy",
-    "WanPipeline": "ddpo_grpo.policies.wan:WanPolicy",
-    "WanImageToVideoPipeline": "ddpo_grpo.policies.wan_i2v:WanI2VPolicy",
-}
+#: the registry's API, re-exported from ``policies.family`` on first use (``__getattr__``: keeps this import light)
+_FAMILY_API = ("Checkpoint", "FamilySpec", "by_name", "families", "register")
+
+
+def __getattr__(name: str):
+    if name in _FAMILY_API:
+        from ddpo_grpo.policies import family
+
+        return getattr(family, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class View(Mapping):
+    """A read-only mapping computed from the family registry on each use (``ADAPTERS``, ``tiny.BUILDERS``, …):
+    ``build`` gets ``families()`` (pipeline class -> ``FamilySpec``) and returns the dict."""
+
+    def __init__(self, build):
+        self._build = build
+
+    def _data(self) -> dict:
+        from ddpo_grpo.policies.family import families
+
+        return self._build(families())
+
+    def __getitem__(self, key):
+        return self._data()[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+    def __repr__(self) -> str:
+        return repr(self._data())
+
+
+#: pipeline class name -> "module:Class" of its adapter (a view of the family specs; adapters imported on first use)
+ADAPTERS = View(lambda specs: {p: spec.adapter_target for p, spec in specs.items()})
 
 #: pipeline classes that are not diffusers': class name (model_index.json `_class_name`) -> "module:Class"
-PIPELINES = {
-    "DenoiserPipeline": "ddpo_grpo.pipelines:DenoiserPipeline",
-}
+PIPELINES = View(lambda specs: {p: spec.pipeline_target for p, spec in specs.items() if spec.pipeline_target})
 
 #: the function a factory file spec without ":name" calls
 DEFAULT_FACTORY = "build"

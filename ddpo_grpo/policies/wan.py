@@ -412,3 +412,34 @@ class WanPolicy(FlowPolicy):
             max_sequence_length=self.max_sequence_length,
             **({"guidance_scale_2": self.guidance_scale_2} if self.guidance_scale_2 is not None else {}),
         )
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+
+def real_cut(shipped: dict, encoders) -> dict:
+    """1 block of 2 heads (of the shipped head width, which the RoPE axes split); the cut encoders' widths (UMT5's;
+    the CLIP image encoder's for Wan 2.1 image-to-video)."""
+    heads = 2
+    cut = dict(num_layers=1, num_attention_heads=heads, text_dim=encoders["text_encoder"].d_model)
+    if shipped.get("image_dim") is not None:
+        cut["image_dim"] = encoders["image_encoder"].hidden_size
+    if shipped.get("added_kv_proj_dim") is not None:  # the image tokens' keys / values: the blocks' width
+        cut["added_kv_proj_dim"] = heads * shipped["attention_head_dim"]
+    return cut
+
+
+SPEC = FamilySpec(
+    name="wan",
+    pipeline="WanPipeline",
+    adapter=WanPolicy,
+    tiny="ddpo_grpo.tiny.wan:build_tiny_wan",
+    checkpoints=(
+        Checkpoint("wan2.1-t2v-1.3b", recipe="config.wan:t2v"),
+        Checkpoint("wan2.1-t2v-14b", recipe="config.wan:t2v"),
+        Checkpoint("wan2.2-t2v-a14b", recipe="config.wan:t2v"),
+    ),
+    real_cut=real_cut,
+    geometry="wan",
+)
