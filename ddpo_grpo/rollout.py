@@ -260,20 +260,24 @@ class Sampler:
     reshard_after_forward: bool = True
     plain: bool = False
 
-    def __call__(self, rows, seeds, generator, rng, cond: dict | None = None) -> Rollout:
+    def gathered(self):
+        """The context in which the sharded denoiser stays gathered (``gather``; nothing otherwise): each call holds
+        it for its batch, and a caller may hold it over several batches (the calls inside then gather nothing)."""
         import contextlib
 
         from ddpo_grpo import sharding
 
-        denoiser = self.policy.denoiser
-        with (
-            sharding.gathered(denoiser, reshard_after_forward=self.reshard_after_forward, plain=self.plain)
-            if self.gather
-            else contextlib.nullcontext()
-        ):
+        if not self.gather:
+            return contextlib.nullcontext()
+        return sharding.gathered(
+            self.policy.denoiser, reshard_after_forward=self.reshard_after_forward, plain=self.plain
+        )
+
+    def __call__(self, rows, seeds, generator, rng, cond: dict | None = None) -> Rollout:
+        with self.gathered():
             return sample_rollout(
                 self.policy,
-                denoiser,
+                self.policy.denoiser,
                 rows,
                 seeds=seeds,
                 num_steps=self.num_steps,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 
 import torch
 
@@ -105,17 +106,36 @@ def sharded_like(model: torch.nn.Module, state_dict: dict) -> dict:
 @contextlib.contextmanager
 def gathered(model: torch.nn.Module, *, reshard_after_forward: bool = True, plain: bool = False):
     """Inside, every FSDP unit of ``model`` (its blocks and the root) stays all-gathered instead of being freed after
-    each forward: a whole sampling batch — all its denoising steps — costs one all-gather per unit, not one per unit
-    per step, for the memory of the unsharded model during it. On leaving, the units are resharded (freed) and get
+    each forward: a whole sampling batch — all its denoising steps, or the batches of an epoch's sampling phase — costs
+    one all-gather per unit, not one per unit per step, for the memory of the unsharded model during it. On leaving, the units are resharded (freed) and get
     back ``reshard_after_forward``, the value ``shard`` gave them (``distributed.reshard_after_forward``).
 
     ``plain``: the units are gathered at once (``unshard``) and run as plain modules, FSDP's forward hooks set aside
     until the end — on a small model those hooks, run at every unit's every forward, cost as much as the compute.
     Only where FSDP casts no inputs (no mixed-precision policy: its pre-forward hook would cast them); where this
-    version of FSDP2 keeps its hooks elsewhere, the hooks stay. A model with nothing sharded is left alone."""
+    version of FSDP2 keeps its hooks elsewhere, the hooks stay. A model with nothing sharded is left alone, and so
+    is a model already inside this context (an outer one holds it over several batches)."""
     from torch.distributed.fsdp import FSDPModule
 
     units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if model in _GATHERED:
+        yield
+        return
+    _GATHERED.add(model)
+    try:
+        with _held(units, reshard_after_forward=reshard_after_forward, plain=plain):
+            yield
+    finally:
+        _GATHERED.discard(model)
+
+
+#: the models inside ``gathered`` now
+_GATHERED: weakref.WeakSet = weakref.WeakSet()
+
+
+@contextlib.contextmanager
+def _held(units, *, reshard_after_forward: bool, plain: bool):
+    """``gathered``'s two ways of keeping ``units`` gathered (its docstring)."""
     if plain and units and all(_forward_hooks(u) is not None for u in units):
         for unit in units:
             unit.unshard()

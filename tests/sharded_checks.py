@@ -61,6 +61,7 @@ def config_for(model: str, logdir: str, fields: list[str]):
     c = tiny()
     c.pretrained.model, c.logdir, c.run_name, c.num_epochs, c.save_freq = model, logdir, "check", 1, 0
     c.sample.resolution, c.sample.max_sequence_length, c.sample.num_steps = 32, 8, 2
+    c.sample.num_batches_per_epoch = 2
     c.distributed.strategy, c.logging.progress = "fsdp", False
     for field in fields:
         key, value = field.split("=", 1)
@@ -144,7 +145,8 @@ def _setup_growth(model: str, tiny: str, out: str, fields: list[str]):
 def loading(model, tiny, out, fields, rank) -> dict:
     """A Trainer's set-up under FSDP: its memory; its denoiser's weights, buffers and LoRA factors against the same
     set-up unsharded and against diffusers' own load; its samples against the unsharded ones, and the all-gathers of a
-    rollout batch with distributed.gather_for_sampling on and off; then final/ written (its memory)."""
+    rollout batch with distributed.gather_for_sampling on and off, and of an epoch's sampling phase (two batches);
+    then final/ written (its memory)."""
     import torch
     from diffusers import FluxTransformer2DModel
     from torch.distributed.fsdp import FSDPModule
@@ -172,6 +174,9 @@ def loading(model, tiny, out, fields, rank) -> dict:
         counted.clear()
         samples[on] = _sample(components.training_sampler(config, policy, acc.autocast), acc.device)
         result[f"all_gathers_{on}"] = len(counted)
+    counted.clear()
+    trainer.sample_phase(0)  # (distributed.gather_for_sampling as the config has it: True)
+    result["phase_all_gathers"], result["batches"] = len(counted), config.sample.num_batches_per_epoch
     _fsdp_param_group.foreach_all_gather = gather
 
     config.distributed.strategy = "ddp"  # the same set-up, whole in each process

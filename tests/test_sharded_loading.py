@@ -161,6 +161,7 @@ def _check(ranks: list[dict], model: str, element: int) -> None:
         assert r["growth"] <= bound, (r["growth"] / 2**20, bound / 2**20, r["fixed"] / 2**20)
         assert r["samples_equal"], r["samples_max_diff"]
         assert r["all_gathers_True"] == r["units"], r  # one per unit for the whole batch
+        assert r["batches"] == 2 and r["phase_all_gathers"] == r["units"], r  # and for an epoch's sampling phase
         assert r["all_gathers_False"] >= r["units"] * r["steps"], r  # (per block per step)
 
 
@@ -170,8 +171,8 @@ def test_fsdp_loads_one_shard_per_process_gathers_once_per_batch_and_exports_on_
     process's set-up grows by ≤ half the model in its dtype + one block + 15 % (the whole-model load grew by more
     than the model in float32); the sharded weights, buffers and LoRA factors equal the unsharded set-up's, the base
     weights diffusers' own load (cast as the run casts them); a rollout batch all-gathers each FSDP unit once
-    (distributed.gather_for_sampling) and samples bit-identically to per-block gathering and to the unsharded
-    model. final/ is gathered on process 0 alone — in the full fine-tune process 1 grows by less than a quarter of
+    (distributed.gather_for_sampling), and so does an epoch's sampling phase of two batches, and samples
+    bit-identically to per-block gathering and to the unsharded model. final/ is gathered on process 0 alone — in the full fine-tune process 1 grows by less than a quarter of
     the trainable weights, process 0 by less than 1.5 × them (the base's denoiser is not read again) — and plain
     diffusers loads it: the LoRA on the base, the full pipeline with the base transformer's weights (nothing
     trained)."""
