@@ -1,6 +1,7 @@
 """Policy adapters, chosen from the pipeline's own class (``model_index.json`` → ``_class_name``).
 
     load_pipeline(model)        -> pipeline (local dir, hub id, a run's output, or a factory file)
+    denoiser_components(model)  -> the pipeline components its adapter trains (read from model_index.json)
     build_policy(model, **kw)   -> Policy adapter around it
     canonical_model(model)      -> the same model with local paths made absolute (for manifests)
 
@@ -185,27 +186,57 @@ def _pipeline_class(class_name: str, model: str):
     return getattr(diffusers, class_name)
 
 
-def load_pipeline(model: str, torch_dtype=None):
+def load_pipeline(model: str, torch_dtype=None, components: dict | None = None):
     """Load any supported pipeline; components saved as null (e.g. SD3 without T5) are passed as None.
 
     ``model``: a pipeline directory or hub id, a run's output (``resolve_model``), or a factory file spec
     ("path/to/file.py:fn"; see the module docstring). A LoRA run's output loads its base, then the LoRA.
+    ``torch_dtype``: one dtype, or diffusers' per-component dict (``{"transformer": torch.float32, "default":
+    torch.bfloat16}``): each component is read from its files straight into it (a factory's pipeline is cast).
+    ``components``: component name -> a module to use instead of loading that one (e.g. a denoiser built empty for
+    sharded loading, ``ddpo_grpo.sharded_loading``).
     """
     base, lora_dir = resolve_model(model)
     if is_factory_spec(base):
         pipeline = _from_factory(base)
+        if components:
+            pipeline.register_modules(**components)
         if torch_dtype is not None:
-            pipeline.to(torch_dtype)
+            import torch
+
+            for name, module in pipeline.components.items():
+                if isinstance(module, torch.nn.Module) and name not in (components or {}):
+                    module.to(component_dtype(torch_dtype, name))
     else:
         index = _read_model_index(base)
         pipeline_class = _pipeline_class(index.get("_class_name"), model)
         missing = {k: None for k, v in index.items() if isinstance(v, list) and len(v) == 2 and v[0] is None}
         kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
-        pipeline = pipeline_class.from_pretrained(base, **missing, **kwargs)
+        pipeline = pipeline_class.from_pretrained(base, **missing, **(components or {}), **kwargs)
     if lora_dir is not None:
         policy_class(pipeline).load_lora(pipeline, lora_dir)
     pipeline.set_progress_bar_config(disable=True)
     return pipeline
+
+
+def component_dtype(torch_dtype, name: str):
+    """The dtype ``torch_dtype`` (one dtype or a per-component dict with "default") gives component ``name``."""
+    import torch
+
+    if isinstance(torch_dtype, Mapping):
+        return torch_dtype.get(name, torch_dtype.get("default", torch.float32))
+    return torch_dtype
+
+
+def denoiser_components(model: str) -> tuple[str, ...]:
+    """The component names of the pipeline directory or hub id ``model`` that its adapter trains (a two-expert
+    model's both); () for a factory file or a run's LoRA output, whose pipeline is only known once built."""
+    base, lora_dir = resolve_model(model)
+    if is_factory_spec(base) or lora_dir is not None:
+        return ()
+    index = _read_model_index(base)
+    cls = _import_target(_adapter_target(_pipeline_class(index.get("_class_name"), model)))
+    return cls.denoiser_components(index)
 
 
 def _adapter_target(cls) -> str | None:

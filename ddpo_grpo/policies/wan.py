@@ -205,6 +205,12 @@ class WanPolicy(FlowPolicy):
         e = self._experts
         return [self.pipeline.transformer] if e is None else [e.transformer, e.transformer_2]
 
+    @classmethod
+    def denoiser_components(cls, index: dict) -> tuple[str, ...]:
+        second = index.get(EXPERTS[1])  # Wan 2.2's low-noise expert: ["diffusers", "WanTransformer3DModel"] or nulls
+        two = isinstance(second, list) and second[0] is not None and index.get("boundary_ratio") is not None
+        return EXPERTS if two else EXPERTS[:1]  # (as __init__ pairs them)
+
     def check_experts(self, experts: str) -> tuple[str, ...]:
         """The expert attributes LoRA trains: all for "", else the one named; ValueError naming ``sample.experts``."""
         names = EXPERTS if self._experts is not None else EXPERTS[:1]
