@@ -39,6 +39,7 @@ import os
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
+from ddpo_grpo import distributed
 from ddpo_grpo.policies.flow import FlowPolicy
 
 #: the pipeline's default frame count and height (videos here are square)
@@ -74,12 +75,6 @@ class _Attach(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad, grad.new_zeros(ctx.shape, dtype=ctx.dtype)
-
-
-def _process_group_size() -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 class WanExperts(torch.nn.Module):
@@ -129,15 +124,12 @@ class WanExperts(torch.nn.Module):
         """
         need = torch.stack([high.any(), (~high).any()])  # [2] bool
         own = (bool(need[0]), bool(need[1]))
-        if _process_group_size() == 1:
+        if distributed.group_size() == 1:
             return tuple("run" if n else "" for n in own)
         from torch.distributed.fsdp import FSDPModule
 
         if isinstance(self, FSDPModule):
-            import torch.distributed as dist
-
-            need = need.to(torch.int32)
-            dist.all_reduce(need, op=dist.ReduceOp.MAX)
+            need = distributed.any_process(need)
             return tuple("run" if n else ("idle" if bool(m) else "") for n, m in zip(own, need))
         spare = "touch" if torch.is_grad_enabled() else ""
         return tuple("run" if n else spare for n in own)
