@@ -49,7 +49,6 @@ from tests.adapter_kit import (
     SMALL_SOURCE,
     STEPS,
     TOLERANCE,
-    autocast_for,
     checkpoint_of,
     decoder_dtypes,
     family_dir,
@@ -422,14 +421,30 @@ def test_real_rollout_is_the_plain_pipeline(tiny_root, family, directory):
 # ----------------------------------------------------------------------------------------------- 12. VAE dtype
 @pytest.mark.parametrize("family,directory", real_cases("vae_dtype"))
 def test_real_vae_decodes_in_the_pipelines_dtype(tiny_root, family, directory):
-    """In the recipe's dtype, the policy decodes (under the run's autocast) in the dtype the plain pipeline decodes in
-    (e.g. float32 for an fp16 VAE whose config says ``force_upcast``)."""
+    """In the recipe's dtype, with ``sample.vae_dtype = "auto"`` (the checkpoint's rule) the policy decodes in the
+    dtype the plain pipeline decodes in (e.g. float32 for an fp16 VAE whose config says ``force_upcast``), and with
+    the recipe's own ``sample.vae_dtype`` in that one: the VAE cast to ``Policy.vae_dtype`` as
+    ``components.build_weights`` casts it, decoding outside autocast as the rollout does; the plain pipeline with the
+    VAE as loaded (it applies its own rule)."""
+    from ddpo_grpo.policies.base import VAE_DTYPES
+
     dtype = recipe_dtype(family, directory)
-    policy = real_policy(tiny_root, family, directory, dtype)
+    chosen = VAE_DTYPES[checkpoint_of(family, directory).recipe_config().sample.vae_dtype]
+    policy = real_policy(tiny_root, family, directory, dtype, vae_dtype="auto")
     n = real_rows(family)
     x = torch.randn(n, *policy.latent_shape(), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad(), autocast_for(dtype)():
-        ours = decoder_dtypes(policy.pipeline.vae, lambda: policy.decode(x))
+    vae = policy.pipeline.vae
+    loaded = vae.dtype
+
+    def decoded_in(vae_dtype) -> list:
+        vae.to(vae_dtype)
+        with torch.no_grad():
+            return decoder_dtypes(vae, lambda: policy.decode(x))
+
+    ours = decoded_in(policy.vae_dtype(dtype))
+    if chosen is not None:  # the recipe's explicit choice (e.g. flow_grpo's float32 VAE) is what decodes
+        assert set(decoded_in(chosen)) == {chosen}, f"{directory}: sample.vae_dtype {chosen} is not what decodes"
+    vae.to(loaded)
     with pipeline_sources_as(policy):
         plain = lambda: policy.reference_sample(rows(n), x.to(dtype), 1, 1.0)  # (latents in the pipeline's dtype)
         theirs = decoder_dtypes(policy.pipeline.vae, plain)
