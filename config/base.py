@@ -314,6 +314,11 @@ def get_config():
     # parameter memory of one block at a time, for a second all-gather per block. False keeps them until the backward.
     distributed.reshard_after_forward = True
     distributed.cpu_offload = False  # fsdp: parameters, gradients and optimizer state live on the CPU (FSDP2's offload)
+    # fsdp: an epoch's sampling phase all-gathers every block once and keeps it for all its batches and denoising
+    # steps (one all-gather per block per phase, not per block per step), for the memory of the whole denoiser (in
+    # its compute dtype) on every process while sampling; on a GPU whose free memory cannot hold that, it gathers per
+    # block per step (said at start-up). False: always per block per step (the least memory).
+    distributed.gather_for_sampling = True
     # fsdp: class names of the denoiser's blocks to shard (each its own FSDP unit); () = the adapter's shard_blocks
     distributed.shard_blocks = ()
 

@@ -17,6 +17,9 @@ noise level, resolution) — and only then the run directory. Each builder below
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,10 +160,12 @@ def model_path(config, acc) -> str:
 def build_policy_for(config, acc):
     """(policy adapter of the loaded pipeline, the model's path); ConfigError when the family cannot take the
     sampling settings (kernel, noise level, resolution, frames)."""
-    from ddpo_grpo.policies import build_policy, load_pipeline, policy_settings
+    from ddpo_grpo.policies import build_policy, denoiser_components, load_pipeline, policy_settings
 
     path = model_path(config, acc)
-    pipeline = load_pipeline(path)
+    trained = denoiser_components(path)
+    dtypes = load_dtypes(config, trained) if trained else None  # (a factory's pipeline: cast by build_weights)
+    pipeline = load_pipeline(path, torch_dtype=dtypes, components=empty_denoisers(config, acc, path, trained, dtypes))
     try:
         policy = build_policy(pipeline, policy_settings(pipeline, config.sample))
     except ValueError as exc:
@@ -183,6 +188,54 @@ def build_policy_for(config, acc):
     return policy, path
 
 
+def load_dtypes(config, trained) -> dict:
+    """What each component is read from its files in (``load_pipeline``'s per-component torch_dtype): the weight
+    dtype of ``mixed_precision``, the trained components (``trained``) in float32 for full fine-tuning, whose
+    weights all train."""
+    weight = WEIGHT_DTYPES[config.mixed_precision]
+    denoiser = weight if config.train.use_lora else torch.float32
+    return {"default": weight, **dict.fromkeys(trained, denoiser)}
+
+
+def empty_denoisers(config, acc, path: str, trained, dtypes) -> dict:
+    """Under FSDP with several processes: the trained components built empty (parameters on the meta device), each
+    read later one shard per process (``sharded_loading``); {} otherwise. A component that cannot be built so (not
+    a diffusers model with safetensors weights) is loaded whole, and the run says so."""
+    from ddpo_grpo import sharded_loading
+    from ddpo_grpo.policies import component_dtype
+
+    if not sharded(config, acc):
+        return {}
+    if not trained:
+        _main_print(acc)(
+            f"sharded loading: pretrained.model={path!r} is a factory file or a run's LoRA output; every process "
+            "builds the whole denoiser before it is sharded"
+        )
+        return {}
+    directory = Path(path) if Path(path).is_dir() else None
+    if directory is None:
+        from diffusers import DiffusionPipeline
+
+        directory = Path(DiffusionPipeline.download(path))
+    index = json.loads((directory / "model_index.json").read_text())
+    built = {}
+    for name in trained:
+        library, cls_name = index[name]
+        try:
+            cls = getattr(importlib.import_module(library), cls_name, None)
+        except ImportError:
+            cls = None
+        empty = sharded_loading.empty_component(directory / name, cls, component_dtype(dtypes, name))
+        if empty is None:
+            _main_print(acc)(
+                f"sharded loading: {name} ({cls_name}) is not a diffusers model with safetensors "
+                "weights; every process loads it whole before it is sharded"
+            )
+        else:
+            built[name] = empty
+    return built
+
+
 @dataclass
 class Weights:
     """The trainable weights and the other values of them a run keeps (each None when not configured)."""
@@ -195,13 +248,23 @@ class Weights:
 
 def build_weights(config, policy, acc) -> Weights:
     """Put the model on the device (frozen parts in the mixed-precision dtype), attach LoRA or unfreeze the
-    denoiser, load pretrained.init_from; make the EMA, lagging sampler and reference the config asks for."""
+    denoiser, load pretrained.init_from; make the EMA, lagging sampler and reference the config asks for.
+
+    A denoiser built empty (``empty_denoisers``: FSDP) is LoRA-wrapped, checkpointed and sharded while empty, then
+    each process reads its own shards (``sharded_loading.materialize``), and init_from comes after."""
+    from ddpo_grpo import sharded_loading
     from ddpo_grpo.reference import Reference
     from ddpo_grpo.weights import EMA, LaggingSampler, trainable_parameters
 
     t = config.train
     weight_dtype = WEIGHT_DTYPES[config.mixed_precision]
-    policy.pipeline.to(acc.device)
+    denoiser = policy.denoiser
+    empty = sharded_loading.is_empty(denoiser)
+    if empty:  # the frozen parts only: FSDP puts the denoiser's shards on the device
+        for module in policy.frozen_modules():
+            module.to(acc.device)
+    else:
+        policy.pipeline.to(acc.device)
     for module in policy.frozen_modules():
         module.requires_grad_(False)
         module.eval()
@@ -210,20 +273,24 @@ def build_weights(config, policy, acc) -> Weights:
             module.to(dtype=dtype)
         if config.sample.offload_encoders:  # on the device only while they run (memory.resident)
             module.to("cpu")
-    denoiser = policy.denoiser
     if t.use_lora:
         if weight_dtype != torch.float32:
             denoiser.to(dtype=weight_dtype)
-        policy.add_lora(
-            rank=t.lora_rank, alpha=t.lora_alpha, target_modules=t.lora_target_modules, dropout=t.lora_dropout
-        )
+        with sharded_loading.cpu_stand_ins(denoiser) if empty else contextlib.nullcontext():
+            policy.add_lora(
+                rank=t.lora_rank, alpha=t.lora_alpha, target_modules=t.lora_target_modules, dropout=t.lora_dropout
+            )
     else:
         denoiser.requires_grad_(True)
-    if config.pretrained.init_from:
+    if config.pretrained.init_from and not empty:
         init_from(config, denoiser, log=_main_print(acc))
     for p in trainable_parameters(denoiser).values():
         p.data = p.data.float()  # trainable weights (and their optimizer state) in float32
     scale_out(config, policy, acc)
+    if empty:
+        sharded_loading.materialize(denoiser, "cpu" if config.distributed.cpu_offload else acc.device)
+        if config.pretrained.init_from:
+            init_from(config, denoiser, log=_main_print(acc))
     params = trainable_parameters(denoiser)  # (FSDP's sharded parameters when sharded)
     ema = EMA(params, t.ema_decay) if t.ema else None
     sampler = None  # the forward objectives' lagging sampling policy (train.sampler_decay_*)
@@ -265,14 +332,19 @@ def scale_out(config, policy, acc) -> None:
     if not sharded(config, acc):
         _main_print(acc)("distributed.strategy='fsdp' with one process: nothing to shard, the model stays whole")
         return
-    bf16 = config.mixed_precision == "bf16" and torch.cuda.is_available()
     sharding.shard(
         policy.denoiser,
         names,
         reshard_after_forward=d.reshard_after_forward,
         cpu_offload=d.cpu_offload,
-        mixed_precision=torch.bfloat16 if bf16 else None,
+        mixed_precision=fsdp_compute_dtype(config),
     )
+
+
+def fsdp_compute_dtype(config):
+    """The dtype FSDP gathers the parameters in and casts every unit's inputs to (its mixed-precision policy):
+    bfloat16 under mixed_precision "bf16" on GPUs, else None (the parameters' own)."""
+    return torch.bfloat16 if config.mixed_precision == "bf16" and torch.cuda.is_available() else None
 
 
 def prepare(config, acc, policy, params):
@@ -290,12 +362,13 @@ def init_from(config, denoiser, log=print) -> None:
     """Start from a checkpoint's trainable weights (another run's, e.g. of a supervised warm-up), reporting
     missing and unexpected keys; a mismatch is refused unless pretrained.init_strict is False."""
     from ddpo_grpo import checkpoint as ckpt
+    from ddpo_grpo import sharding
 
     loaded = ckpt.load_latest(config.pretrained.init_from, log=log)
     try:
         report = ckpt.load_state_dict_checked(
             denoiser,
-            loaded["tensors"]["model"],
+            sharding.sharded_like(denoiser, loaded["tensors"]["model"]),
             strict=config.pretrained.init_strict,
             source=f"pretrained.init_from checkpoint {loaded['path']}",
         )
@@ -329,7 +402,7 @@ def training_sampler(config, policy, autocast):
     from ddpo_grpo.memory import store_dtype
     from ddpo_grpo.rollout import Sampler
 
-    s = config.sample
+    s, d = config.sample, config.distributed
     return Sampler(
         policy,
         num_steps=s.num_steps,
@@ -339,7 +412,31 @@ def training_sampler(config, policy, autocast):
         negative_prompt=s.negative_prompt,
         autocast=autocast,
         store_dtype=store_dtype(s.store_dtype),
+        gather=d.gather_for_sampling and gather_fits(config, policy),
+        reshard_after_forward=d.reshard_after_forward,
+        plain=fsdp_compute_dtype(config) is None,  # (FSDP casts no inputs: its hooks can be set aside)
     )
+
+
+def gather_fits(config, policy) -> bool:
+    """Whether a sharded denoiser, all-gathered whole, fits the device's free memory (distributed.gather_for_sampling;
+    on CPU, True). When it does not, sampling gathers block by block, and the run says so."""
+    from ddpo_grpo import distributed, sharding
+
+    device = policy.device
+    if device.type != "cuda" or not any(sharding.is_sharded(p) for p in policy.denoiser.parameters()):
+        return True
+    need = sharding.unsharded_bytes(policy.denoiser, fsdp_compute_dtype(config))
+    free = torch.cuda.mem_get_info(device)[0]
+    if need <= free:
+        return True
+    if distributed.rank() == 0:
+        print(
+            f"distributed.gather_for_sampling: the whole denoiser ({need / 2**30:.1f} GiB) does not fit the "
+            f"{free / 2**30:.1f} GiB free; sampling gathers it block by block at every step",
+            flush=True,
+        )
+    return False
 
 
 def step_plan(config):

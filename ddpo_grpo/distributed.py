@@ -9,6 +9,8 @@ guard and the sharded checkpoint (``tests/test_collectives.py`` checks that no o
     gather(acc, values)                          a numpy array [P·n], process-major (= the global sample order)
     broadcast(acc, obj)                          the main process's picklable object, on every process
     all_processes(flag)                          True when ``flag`` holds on every process (a bool or a tensor)
+    any_process(flags)                           a bool tensor, True where any process's ``flags`` is True
+    group_size()                                 processes of the process group (1 without one)
     barrier()                                    every process waits for the others
     host_group()                                 the group for host-side values (and DCP's planning)
 
@@ -148,6 +150,23 @@ def all_processes(flag) -> bool:
     return bool(value.item())
 
 
+def any_process(flags: torch.Tensor) -> torch.Tensor:
+    """Element-wise OR of a bool tensor over the processes (a MAX all-reduce where the tensor lives), e.g. which
+    of several sub-modules any process needs this call; ``flags`` itself without a process group."""
+    dist = _dist()
+    if dist is None:
+        return flags
+    value = flags.to(torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group_for(value.device))
+    return value.bool()
+
+
+def group_size() -> int:
+    """Processes of the process group that exists now (1 without one); ``world_size()`` reads the launch."""
+    dist = _dist()
+    return 1 if dist is None else dist.get_world_size()
+
+
 def barrier() -> None:
     """Every process waits here for the others (on the host group: module docstring)."""
     dist = _dist()
@@ -167,10 +186,12 @@ def broadcast(acc, obj):
 
 __all__ = [
     "all_processes",
+    "any_process",
     "barrier",
     "broadcast",
     "gather",
     "group_for",
+    "group_size",
     "host_group",
     "rank",
     "reduce",

@@ -252,24 +252,44 @@ class Sampler:
     negative_prompt: str = ""
     autocast: object = None
     store_dtype: torch.dtype = torch.float32
+    #: a sharded denoiser's units all-gathered once per batch, not per step (``sharding.gathered``;
+    #: distributed.gather_for_sampling), and resharded after it with ``reshard_after_forward``; ``plain``: run as
+    #: plain modules meanwhile (where FSDP casts no inputs)
+    gather: bool = False
+    reshard_after_forward: bool = True
+    plain: bool = False
+
+    def gathered(self):
+        """The context in which the sharded denoiser stays gathered (``gather``; nothing otherwise): each call holds
+        it for its batch, and a caller may hold it over several batches (the calls inside then gather nothing)."""
+        import contextlib
+
+        from ddpo_grpo import sharding
+
+        if not self.gather:
+            return contextlib.nullcontext()
+        return sharding.gathered(
+            self.policy.denoiser, reshard_after_forward=self.reshard_after_forward, plain=self.plain
+        )
 
     def __call__(self, rows, seeds, generator, rng, cond: dict | None = None) -> Rollout:
-        return sample_rollout(
-            self.policy,
-            self.policy.denoiser,
-            rows,
-            seeds=seeds,
-            num_steps=self.num_steps,
-            guidance_scale=self.guidance_scale,
-            noise_level=self.noise_level,
-            plan=self.plan,
-            generator=generator,
-            rng=rng,
-            negative_prompt=self.negative_prompt,
-            autocast=self.autocast,
-            store_dtype=self.store_dtype,
-            cond=cond,
-        )
+        with self.gathered():
+            return sample_rollout(
+                self.policy,
+                self.policy.denoiser,
+                rows,
+                seeds=seeds,
+                num_steps=self.num_steps,
+                guidance_scale=self.guidance_scale,
+                noise_level=self.noise_level,
+                plan=self.plan,
+                generator=generator,
+                rng=rng,
+                negative_prompt=self.negative_prompt,
+                autocast=self.autocast,
+                store_dtype=self.store_dtype,
+                cond=cond,
+            )
 
 
 def transition_inputs(rollout: Rollout, k: int):

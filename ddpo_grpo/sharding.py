@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 
 import torch
 
@@ -85,6 +86,108 @@ def local(tensor) -> torch.Tensor:
 def full(tensor) -> torch.Tensor:
     """The whole of a sharded tensor, gathered from every process (a collective; the tensor itself otherwise)."""
     return tensor.full_tensor() if is_sharded(tensor) else tensor
+
+
+def sharded_like(model: torch.nn.Module, state_dict: dict) -> dict:
+    """``state_dict`` (whole tensors) with each entry that is a sharded tensor of ``model`` cut to this process's
+    shard the same way (a ``DTensor``; no communication), so that ``model.load_state_dict`` takes it; the others
+    (and entries of another shape) unchanged."""
+    from torch.distributed.tensor import distribute_tensor
+
+    own = model.state_dict()
+    out = dict(state_dict)
+    for key, value in state_dict.items():
+        target = own.get(key)
+        if is_sharded(target) and tuple(value.shape) == tuple(target.shape):
+            value = value.to(device=target.device, dtype=target.dtype)
+            out[key] = distribute_tensor(value, target.device_mesh, target.placements, src_data_rank=None)
+    return out
+
+
+@contextlib.contextmanager
+def gathered(model: torch.nn.Module, *, reshard_after_forward: bool = True, plain: bool = False):
+    """Inside, every FSDP unit of ``model`` (its blocks and the root) stays all-gathered instead of being freed after
+    each forward: a whole sampling batch — all its denoising steps, or the batches of an epoch's sampling phase — costs
+    one all-gather per unit, not one per unit per step, for the memory of the unsharded model during it. On leaving, the units are resharded (freed) and get
+    back ``reshard_after_forward``, the value ``shard`` gave them (``distributed.reshard_after_forward``).
+
+    ``plain``: the units are gathered at once (``unshard``) and run as plain modules, FSDP's forward hooks set aside
+    until the end — on a small model those hooks, run at every unit's every forward, cost as much as the compute.
+    Only where FSDP casts no inputs (no mixed-precision policy: its pre-forward hook would cast them); where this
+    version of FSDP2 keeps its hooks elsewhere, the hooks stay. A model with nothing sharded is left alone, and so
+    is a model already inside this context (an outer one holds it over several batches)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if model in _GATHERED:
+        yield
+        return
+    _GATHERED.add(model)
+    try:
+        with _held(units, reshard_after_forward=reshard_after_forward, plain=plain):
+            yield
+    finally:
+        _GATHERED.discard(model)
+
+
+#: the models inside ``gathered`` now
+_GATHERED: weakref.WeakSet = weakref.WeakSet()
+
+
+@contextlib.contextmanager
+def _held(units, *, reshard_after_forward: bool, plain: bool):
+    """``gathered``'s two ways of keeping ``units`` gathered (its docstring)."""
+    if plain and units and all(_forward_hooks(u) is not None for u in units):
+        for unit in units:
+            unit.unshard()
+        put_back = [_set_forward_hooks_aside(unit) for unit in units]
+        try:
+            yield
+        finally:
+            for restore in put_back:
+                restore()
+            for unit in units:
+                unit.reshard()
+        return
+    for unit in units:
+        unit.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.set_reshard_after_forward(reshard_after_forward, recurse=False)
+            unit.reshard()
+
+
+def _forward_hooks(unit):
+    """(FSDP2's state of ``unit``, its pre- and post-forward hook handles), or None where FSDP2 keeps them otherwise
+    (FSDP2's own attributes: the one place that reads them)."""
+    state = getattr(unit, "_get_fsdp_state", lambda: None)()
+    pre, post = getattr(state, "_pre_forward_hook_handle", None), getattr(state, "_post_forward_hook_handle", None)
+    if pre is None or post is None or pre is post:  # (one handle for a group of modules sharded together)
+        return None
+    return state, pre, post
+
+
+def _set_forward_hooks_aside(unit):
+    """Remove FSDP2's forward hooks of ``unit``; returns the function that registers them again as ``fully_shard``
+    did (the pre-forward hook first, the post-forward hook last)."""
+    state, pre, post = _forward_hooks(unit)
+    pre.remove()
+    post.remove()
+
+    def restore():
+        state._pre_forward_hook_handle = unit.register_forward_pre_hook(
+            state._pre_forward, prepend=True, with_kwargs=True
+        )
+        state._post_forward_hook_handle = unit.register_forward_hook(state._post_forward, prepend=False)
+
+    return restore
+
+
+def unsharded_bytes(model: torch.nn.Module, dtype: torch.dtype | None = None) -> int:
+    """Bytes of ``model``'s parameters all-gathered (in ``dtype``, FSDP's compute dtype, when given)."""
+    return sum(p.numel() * (dtype or p.dtype).itemsize for p in model.parameters())
 
 
 @contextlib.contextmanager

@@ -185,20 +185,23 @@ class Trainer:
         cfg, s = self.config, self.config.sample
         ep = self.epoch_rows(epoch)
         rollouts, pending, timing, conds = [], [], {"sample": 0.0}, self.encode_once(ep)
-        for b in self.progress(range(s.num_batches_per_epoch), f"epoch {epoch}: sampling"):
-            batch = ep.items[b * s.batch_size : (b + 1) * s.batch_size]
-            seeds = [
-                derive_seed(cfg.seed, epoch, g) if s.share_group_noise else derive_seed(cfg.seed, epoch, g, m)
-                for g, m in batch
-            ]
-            generator = torch.Generator(self.acc.device).manual_seed(derive_seed(cfg.seed, epoch, self.rank, b, 1))
-            rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
-            cond = {k: v[b * s.batch_size : (b + 1) * s.batch_size] for k, v in conds.items()} if conds else None
-            with console.timed(timing, "sample"), self.sampler.applied() if self.sampler else contextlib.nullcontext():
-                with resident(self.decoder, self.acc.device):
+        with contextlib.ExitStack() as held:
+            with console.timed(timing, "sample"):  # the sampling weights; a sharded model gathered once for all batches
+                held.enter_context(self.sampler.applied() if self.sampler else contextlib.nullcontext())
+                held.enter_context(self.rollout.gathered())
+            for b in self.progress(range(s.num_batches_per_epoch), f"epoch {epoch}: sampling"):
+                batch = ep.items[b * s.batch_size : (b + 1) * s.batch_size]
+                seeds = [
+                    derive_seed(cfg.seed, epoch, g) if s.share_group_noise else derive_seed(cfg.seed, epoch, g, m)
+                    for g, m in batch
+                ]
+                generator = torch.Generator(self.acc.device).manual_seed(derive_seed(cfg.seed, epoch, self.rank, b, 1))
+                rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
+                cond = {k: v[b * s.batch_size : (b + 1) * s.batch_size] for k, v in conds.items()} if conds else None
+                with console.timed(timing, "sample"), resident(self.decoder, self.acc.device):
                     rollout = self.rollout([ep.rows[g] for g, _ in batch], seeds, generator, rng, cond)
-            rollouts.append(rollout)
-            pending.append(self.score(rollout))
+                rollouts.append(rollout)
+                pending.append(self.score(rollout))
         return dataclasses.replace(ep, rollout=Rollout.cat(rollouts), pending=pending), timing
 
     def encode_once(self, ep: Epoch) -> dict:

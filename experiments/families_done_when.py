@@ -10,7 +10,10 @@ transformer without guidance embeddings, a Wan 2.1-style image-to-video pipeline
 
     python experiments/families_done_when.py [--only flux,wan] [--keep DIR]
 
-Prints one line per family and a table; exit status 1 if any family fails. Cited by docs/models.md.
+Prints one line per family and a table; exit status 1 if any family fails. The experiment of
+docs/experiments/2026-11-25-model-families.md §4 (its builders are deliberately independent of the library's); the
+suite's per-family check is tests/test_family_train.py, driven by the family specs (``ddpo_grpo.policies.family``), so
+a new family needs no line here.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 For each tiny model and each launch — 1 process, 2 processes with distributed.strategy "ddp", 2 with "fsdp" — it
 runs scripts/train.py (config/quickstart.py:tiny, the per-process batch fixed, so 2 processes draw twice the images
-per epoch) and reads perf/sample_s and perf/train_s of metrics.jsonl. Sampling throughput = images per epoch /
+per epoch; FSDP also with distributed.gather_for_sampling=False, every block gathered at every sampling step) and reads perf/sample_s and perf/train_s of metrics.jsonl. Sampling throughput = images per epoch /
 perf/sample_s, training throughput = images per epoch / perf/train_s, medians over the epochs after the first;
 efficiency = 2-process throughput / (2 × 1-process throughput). The launches are interleaved and repeated, so a
 busy machine slows them alike, and each process runs one thread (OMP_NUM_THREADS=1).
@@ -22,7 +22,14 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-LAUNCHES = {"1 process": (1, "ddp"), "2 processes, ddp": (2, "ddp"), "2 processes, fsdp": (2, "fsdp")}
+#: label -> (processes, distributed.strategy, more overrides); "per step": FSDP's sampling as before
+#: distributed.gather_for_sampling (every block all-gathered at every denoising step)
+LAUNCHES = {
+    "1 process": (1, "ddp", []),
+    "2 processes, ddp": (2, "ddp", []),
+    "2 processes, fsdp": (2, "fsdp", []),
+    "2, fsdp, per step": (2, "fsdp", ["--config.distributed.gather_for_sampling=False"]),
+}
 
 
 def run(model: str, procs: int, strategy: str, epochs: int, logdir: Path, name: str, extra: list[str]) -> dict:
@@ -69,15 +76,15 @@ def main(argv=None) -> None:
         for r in range(args.repeats):
             order = list(LAUNCHES) if r % 2 == 0 else list(reversed(LAUNCHES))
             for label in order:
-                procs, strategy = LAUNCHES[label]
+                procs, strategy, more = LAUNCHES[label]
                 got = run(
                     str(model),
                     procs,
                     strategy,
                     args.epochs,
                     work / "logs",
-                    f"{name}-{r}-{procs}-{strategy}",
-                    args.extra.split(),
+                    f"{name}-{r}-{list(LAUNCHES).index(label)}",
+                    [*args.extra.split(), *more],
                 )
                 for key in got:
                     results[label][key] += got[key]

@@ -63,21 +63,14 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch
 
 TARGETS = {"rollout": 1.05, "train": 1.10}
-#: tiny families benchmarked by ``--models all`` (``ddpo_grpo.tiny.BUILDERS``' names)
-ALL_MODELS = (
-    "sd",
-    "sd3",
-    "ip2p",
-    "sdxl",
-    "flux",
-    "kontext",
-    "qwen_image",
-    "qwen_image_edit",
-    "qwen_image_edit_plus",
-    "zimage",
-    "wan",
-    "wan_i2v",
-)
+
+
+def all_models() -> list[str]:
+    """The tiny families ``--models all`` measures: every registered family's ``pretrained.tiny`` name whose spec says
+    ``benchmark`` (``ddpo_grpo.policies.family``; the generic denoiser has no diffusers call to compare with)."""
+    from ddpo_grpo.policies import families
+
+    return [spec.name for spec in families().values() if spec.benchmark]
 
 
 def interleaved(fn_a, fn_b, repeats: int, min_unit: float) -> dict:
@@ -281,7 +274,7 @@ def main(argv=None):
         "--resolution", default="32", help="image side in pixels; a comma list runs each size, e.g. 32,64"
     )
     parser.add_argument(
-        "--models", default="sd3,sd", help=f"comma list of tiny pipelines ({', '.join(ALL_MODELS)}) or 'all'"
+        "--models", default="sd3,sd", help=f"comma list of tiny pipelines ({', '.join(all_models())}) or 'all'"
     )
     parser.add_argument("--only", default="rollout,train", help="comma list of measurements: rollout, train")
     parser.add_argument(
@@ -297,7 +290,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    models = list(ALL_MODELS) if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
+    models = all_models() if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
     resolutions = [int(r) for r in args.resolution.split(",") if r.strip()]
     only = {m.strip() for m in args.only.split(",")}
 

@@ -1,7 +1,9 @@
-"""The adapter test kit: every registered policy adapter (``ddpo_grpo.policies.ADAPTERS``) passes these checks on its
-tiny pipeline (``ddpo_grpo.tiny.FAMILIES``), by being registered. Adding a family = its adapter file, one line in
-ADAPTERS and one in FAMILIES; this module then runs on it (docs/adapters.md).
+"""The adapter test kit: every registered model family (``ddpo_grpo.policies.family``: one ``FamilySpec`` beside each
+adapter) passes these checks by being registered, twice: on its tiny pipeline (``FamilySpec.tiny``) and on each of its
+real checkpoints' configs (``FamilySpec.checkpoints``, built by ``ddpo_grpo.tiny.from_configs``). Adding a family =
+its adapter file with its spec; this module then runs on it (docs/adapters.md).
 
+Tiny mode (float32):
 1. registration: a tiny builder exists, the adapter is chosen from the pipeline's class, the shard blocks exist;
 2. the deterministic rollout (noise level 0) equals the plain diffusers pipeline's output for the same initial noise
    and steps (≤ 1e-5), CFG on and off;
@@ -14,7 +16,18 @@ ADAPTERS and one in FAMILIES; this module then runs on it (docs/adapters.md).
 8. exact resume through the trainer (2 epochs straight = 1 + resume 1; slow-marked but for one family) and, slow, the
    dense ``redness`` reward rising by ≥ 3 epoch-0 standard deviations in 10 small epochs (an expected failure on the
    families whose random tiny AutoencoderKL hides a mean colour from the latent, ``LEARNS``).
-Slow checks run with ``pytest -m slow``.
+
+Real-config mode (the checkpoint's scheduler, VAE, text lengths and transformer config as shipped but for depth and
+width; in the recipe's dtype, ``Checkpoint.recipe``'s ``mixed_precision``, as a run casts and autocasts):
+9. the build keeps the shipped configs (scheduler verbatim, the VAE's latent rules, the denoiser but for the cut);
+10. the σ grid (timesteps for the DDPM kernels) is the one the plain pipeline sets on its shipped scheduler, at the
+    recipe's training and evaluation step counts;
+11. the deterministic rollout equals the plain pipeline: ≤ 1e-5 in float32, and in the recipe's dtype the final
+    latents agree to that dtype's rounding (``LATENT_TOLERANCE``), CFG on and off;
+12. the VAE decodes in the dtype the plain pipeline decodes in (its ``force_upcast`` rule);
+13. on-policy log-probs in the recipe's dtype; 14. the LoRA export loads there and reproduces the policy.
+Known departures are strict expected failures (``EXPECTED_FAILURES``): they turn into failures when fixed.
+Slow checks run with ``pytest -m slow``; ``-m "slow or not slow"`` runs everything (the issue's done-when).
 """
 
 from __future__ import annotations
@@ -27,18 +40,34 @@ import numpy as np
 import pytest
 import torch
 
-from ddpo_grpo.policies import ADAPTERS, build_policy, load_pipeline, policy_class
-from ddpo_grpo.rollout import sample_rollout, transition_inputs
+from ddpo_grpo.policies import ADAPTERS, build_policy, families, load_pipeline, policy_class
+from ddpo_grpo.rollout import transition_inputs
 from ddpo_grpo.sde import FLOW_KERNELS
+from tests.adapter_kit import (
+    EDIT_FAMILIES,
+    PROMPTS,
+    SMALL_SOURCE,
+    STEPS,
+    TOLERANCE,
+    checkpoint_of,
+    decoder_dtypes,
+    family_dir,
+    grid_gap,
+    logp_mismatch,
+    lora_reload,
+    make_policy,
+    pipeline_sources_as,
+    randomise_lora,
+    real_dir,
+    real_policy,
+    recipe_dtype,
+    rollout,
+    rollout_gap,
+    rows,
+    settings,
+)
 
-FAMILIES = sorted(ADAPTERS)
-RESOLUTION = 32
-STEPS = 3  # Qwen-Image's shift_terminal needs ≥ 2 steps
-PROMPTS = ["a red circle", "two blue squares", "a green cat on a mat"]
-#: Qwen-Image-Edit resizes sources to 1024² by default (its pipeline's rule); the kit's cheaper area, except in (2)
-SMALL_SOURCE = 32 * 32
-EDIT_FAMILIES = ("QwenImageEditPipeline", "QwenImageEditPlusPipeline")
-_built: dict[str, str] = {}
+FAMILIES = sorted(ADAPTERS)  # pipeline class names (the registry's keys)
 
 
 @pytest.fixture(scope="module")
@@ -51,66 +80,18 @@ def _one_thread(one_thread):
     """(tiny models: one intra-op thread is fastest, see tests/conftest.py)"""
 
 
-def family_dir(root: Path, family: str) -> str:
-    """The family's tiny pipeline directory, built once per module."""
-    from ddpo_grpo.tiny import FAMILIES as BUILDERS
-
-    if family not in _built:
-        path = root / family
-        BUILDERS[family](path)
-        _built[family] = str(path)
-    return _built[family]
-
-
-def settings(family: str, **overrides) -> dict:
-    """The PolicySettings fields the kit builds every family's policy with."""
-    cls = policy_class_of(family)
-    values = dict(resolution=RESOLUTION, max_sequence_length=256)
-    if cls.sample_kind == "video":
-        values["num_frames"] = 5
-    if family in EDIT_FAMILIES:
-        values["source_pixels"] = SMALL_SOURCE
-    return {**values, **overrides}
-
-
 def policy_class_of(family: str):
-    module, name = ADAPTERS[family].split(":")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
-
-
-def make_policy(root, family, **overrides):
-    return build_policy(load_pipeline(family_dir(root, family)), **settings(family, **overrides))
-
-
-def rows(n: int, seed: int = 0) -> list[dict]:
-    """n prompt rows, each with a 32-pixel source image (read by image-conditioned families only)."""
-    rng = np.random.default_rng(seed)
-    return [{"prompt": PROMPTS[i % len(PROMPTS)], "source_image": rng.random((3, 32, 32))} for i in range(n)]
-
-
-def rollout(policy, n, guidance, noise, steps=STEPS, seed=0, **kw):
-    return sample_rollout(
-        policy,
-        policy.denoiser,
-        rows(n),
-        seeds=[seed + i for i in range(n)],
-        num_steps=steps,
-        guidance_scale=guidance,
-        noise_level=noise,
-        generator=torch.Generator().manual_seed(seed),
-        **kw,
-    )
+    return families()[family].adapter
 
 
 # ----------------------------------------------------------------------------------------------- 1. registration
 @pytest.mark.parametrize("family", FAMILIES)
 def test_registered_with_a_tiny_builder(tiny_root, family):
     from ddpo_grpo.policies.base import Policy
-    from ddpo_grpo.tiny import FAMILIES as BUILDERS
 
-    assert family in BUILDERS, f"{family} has an adapter but no tiny builder in ddpo_grpo.tiny.FAMILIES"
+    spec = families()[family]
+    assert callable(spec.tiny_builder()), f"{family}: its spec's tiny builder {spec.tiny!r} is not a function"
+    assert spec.adapter_target == ADAPTERS[family] and spec.pipeline == family
     policy = make_policy(tiny_root, family)
     assert type(policy.pipeline).__name__ == family and type(policy) is policy_class(policy.pipeline)
     assert isinstance(policy, Policy) and policy.kernels and policy.kernel in policy.kernels
@@ -130,11 +111,7 @@ def test_deterministic_rollout_is_the_plain_pipeline(tiny_root, family):
     policy = make_policy(tiny_root, family, **overrides)
     n = 1 if family in EDIT_FAMILIES else 2
     for guidance in (1.0, 3.0) if family not in EDIT_FAMILIES else (3.0,):
-        r = rollout(policy, n, guidance, 0.0)
-        assert (r.log_probs == 0).all()
-        plain = policy.reference_sample(rows(n), r.latents[:, 0].clone(), STEPS, guidance)
-        assert plain.shape == r.samples.shape
-        err = (r.samples - plain).abs().max().item()
+        err = rollout_gap(policy, n, guidance)
         assert err <= 1e-5, f"{family}, guidance {guidance}: max |rollout − pipeline| = {err:.2e}"
 
 
@@ -143,50 +120,17 @@ def test_deterministic_rollout_is_the_plain_pipeline(tiny_root, family):
 def test_stored_log_probs_are_recomputed(tiny_root, family):
     policy = make_policy(tiny_root, family)
     for guidance in (1.0, 3.0):
-        r = rollout(policy, 3, guidance, policy.noise_level)
-        assert torch.isfinite(r.log_probs).all() and (r.log_probs != 0).any()
-        mini = r.select([2, 0])
-        worst = 0.0
-        for k in range(mini.train_steps.shape[1]):
-            x, t, x_next, args, levels, j, valid = transition_inputs(mini, k)
-            with torch.no_grad():
-                out = policy.predict(policy.denoiser, x, t, mini.cond, guidance)
-            step = policy.step(out, x, args, levels, prev_sample=x_next)
-            stored = mini.log_probs[torch.arange(2), j]
-            worst = max(worst, (step.log_prob - stored)[valid].abs().max().item())
+        worst = logp_mismatch(policy, 3, guidance)
         assert worst <= 1e-4, f"{family}, guidance {guidance}: logp mismatch {worst:.2e}"
 
 
 # ----------------------------------------------------------------------------------------------- 4. LoRA export
-def _randomise_lora(module: torch.nn.Module, seed: int = 0) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if "lora_B" in name:
-                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_lora_export_loads_in_plain_diffusers(tiny_root, family, tmp_path):
-    from ddpo_grpo.policies.base import Policy
-
     policy = make_policy(tiny_root, family)
-    base = rollout(policy, 2, 3.0, 0.0, steps=2).samples
-    policy.add_lora(rank=4, alpha=4.0, target_modules=())
-    assert any(p.requires_grad for p in policy.denoiser.parameters())
-    _randomise_lora(policy.denoiser)
-    tuned = rollout(policy, 2, 3.0, 0.0, steps=2).samples
-    assert (tuned - base).abs().max() > 1e-3, "the LoRA does not change the output"
-    policy.save_lora(tmp_path, policy.denoiser)
-    fresh = load_pipeline(family_dir(tiny_root, family))
-    cls = policy_class(fresh)
-    if cls.load_lora.__func__ is Policy.load_lora.__func__:
-        fresh.load_lora_weights(str(tmp_path))  # plain diffusers
-    else:  # a family whose export spans files (Wan 2.2's experts): its load_lora makes the plain diffusers calls
-        cls.load_lora(fresh, str(tmp_path))
-    loaded = build_policy(fresh, **settings(family))
-    again = rollout(loaded, 2, 3.0, 0.0, steps=2).samples
-    err = (again - tuned).abs().max().item()
+    fresh = lambda: build_policy(load_pipeline(family_dir(tiny_root, family)), **settings(family))
+    change, err = lora_reload(policy, fresh, tmp_path, 2)
+    assert change > 1e-3, "the LoRA does not change the output"
     assert err <= 1e-4, f"{family}: the loaded LoRA reproduces the policy to {err:.2e}"
 
 
@@ -230,7 +174,7 @@ def test_forward_process_targets_match_the_kernel(tiny_root, family):
 def test_bf16_autocast_stays_finite(tiny_root, family):
     policy = make_policy(tiny_root, family)
     policy.add_lora(rank=4, alpha=4.0, target_modules=())
-    _randomise_lora(policy.denoiser)
+    randomise_lora(policy.denoiser)
 
     def autocast():
         return torch.autocast("cpu", dtype=torch.bfloat16)
@@ -387,3 +331,157 @@ def test_dense_reward_rises(tiny_root, family, tmp_path):
     print(f"{family}: reward {start:.4f} (std {std:.4f}) -> {end:.4f}: {(end - start) / std:+.1f} std")
     assert all(math.isfinite(r["train/loss"]) for r in rows_)
     assert end - start >= 3 * std
+
+
+# =============================================================================================== real-config mode
+#: the real checkpoint whose checks run in the default suite (the cheapest in its recipe's dtype on a CPU)
+FAST_REAL = "sd1.5"
+#: (pipeline class, check) -> why it fails today. Strict: the fix turns it into a failure, and the line goes. (Empty
+#: since issue 32's fixes: Wan samples the shipped UniPC σ grid, SDXL's VAE follows force_upcast.)
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {}
+
+
+def real_cases(check: str) -> list:
+    """(pipeline class, checkpoint directory) of every registered checkpoint; slow but for ``FAST_REAL``; a strict
+    expected failure where ``EXPECTED_FAILURES`` names the check."""
+    cases = []
+    for pipeline, spec in families().items():
+        for checkpoint in spec.checkpoints:
+            marks = [] if checkpoint.directory == FAST_REAL else [pytest.mark.slow]
+            if (pipeline, check) in EXPECTED_FAILURES:
+                reason = EXPECTED_FAILURES[(pipeline, check)]
+                marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
+            cases.append(
+                pytest.param(pipeline, checkpoint.directory, marks=marks, id=f"{spec.name}-{checkpoint.directory}")
+            )
+    return cases
+
+
+def real_rows(family: str) -> int:
+    """Rows per real-config rollout: 1 where the plain pipeline takes one prompt per call, else 2."""
+    return 1 if families()[family].image_conditioned else 2
+
+
+# ----------------------------------------------------------------------------------------------- 9. the build
+@pytest.mark.parametrize("family,directory", real_cases("build"))
+def test_real_build_keeps_the_shipped_configs(tiny_root, family, directory):
+    """The scheduler's config is the shipped one; the VAE keeps its latent rules and levels; the denoiser differs from
+    its shipped config only in the keys of the spec's ``real_cut``."""
+    from ddpo_grpo.tiny.from_configs import component_config, encoder_configs, read_json
+
+    spec, shipped_dir = families()[family], checkpoint_of(family, directory).path
+    built = Path(real_dir(tiny_root, family, directory))
+    index = read_json(shipped_dir / "model_index.json")
+    assert read_json(built / "model_index.json")["_class_name"] == index["_class_name"] == family
+    for name, value in index.items():
+        if not isinstance(value, list) or value[0] != "diffusers":
+            continue
+        shipped, ours = component_config(shipped_dir, name), component_config(built, name)
+        if name == "scheduler":
+            changed = {k for k in shipped if not k.startswith("_") and ours.get(k) != shipped[k]}
+            assert not changed, f"{directory}: the scheduler's {sorted(changed)} differ from the shipped config"
+        elif name == "vae":
+            rules = ("scaling_factor", "shift_factor", "latents_mean", "latents_std", "force_upcast", "z_dim")
+            rules += ("latent_channels", "temperal_downsample")
+            changed = {k for k in rules if k in shipped and ours.get(k) != shipped[k]}
+            assert not changed, f"{directory}: the VAE's {sorted(changed)} differ from the shipped config"
+            levels = ("block_out_channels", "dim_mult")
+            assert all(len(ours[k]) == len(shipped[k]) for k in levels if k in shipped), "the VAE's factor changed"
+        else:  # a denoiser: as shipped but for the spec's cut
+            cut = set(spec.real_cut(shipped, encoder_configs(built)))
+            changed = {k for k in shipped if not k.startswith("_") and ours.get(k) != shipped[k]}
+            assert changed <= cut, f"{directory}: {name}'s {sorted(changed - cut)} changed beyond the spec's cut"
+
+
+# ----------------------------------------------------------------------------------------------- 10. σ grid
+@pytest.mark.parametrize("family,directory", real_cases("sigma_grid"))
+def test_real_sigma_grid_is_the_shipped_schedulers(tiny_root, family, directory):
+    """At the recipe's training and evaluation step counts, the rollout's σ's (flow kernels) or timesteps (DDPM kernels)
+    are those the plain pipeline sets on the checkpoint's own scheduler (a different kind included: UniPC, Euler)."""
+    policy = real_policy(tiny_root, family, directory, torch.float32)
+    sample = checkpoint_of(family, directory).recipe_config().sample
+    for steps in sorted({int(sample.num_steps), int(sample.eval_num_steps)}):
+        err = grid_gap(policy, rows(real_rows(family)), steps)
+        assert err <= 1e-4, f"{directory}, {steps} steps: the grid departs from the shipped scheduler's by {err:.3g}"
+
+
+# ----------------------------------------------------------------------------------------------- 11. = diffusers
+@pytest.mark.parametrize("family,directory", real_cases("rollout"))
+def test_real_rollout_is_the_plain_pipeline(tiny_root, family, directory):
+    """Noise level 0, CFG off and on: the decoded samples equal the plain pipeline's to ≤ 1e-5 in float32; in the
+    recipe's dtype (cast and autocast as a run does) the final latents agree to its rounding (``TOLERANCE``). The
+    editing families' sources are sized by the pipeline's rule at the kit's small area (``pipeline_sources_as``)."""
+    for dtype in dict.fromkeys((torch.float32, recipe_dtype(family, directory))):
+        policy = real_policy(tiny_root, family, directory, dtype)
+        for guidance in (1.0, 3.0) if family not in EDIT_FAMILIES else (3.0,):
+            err = rollout_gap(policy, real_rows(family), guidance)
+            assert err <= TOLERANCE[dtype], f"{directory}, {dtype}, guidance {guidance}: rollout vs pipeline {err:.2e}"
+
+
+# ----------------------------------------------------------------------------------------------- 12. VAE dtype
+@pytest.mark.parametrize("family,directory", real_cases("vae_dtype"))
+def test_real_vae_decodes_in_the_pipelines_dtype(tiny_root, family, directory):
+    """In the recipe's dtype, with ``sample.vae_dtype = "auto"`` (the checkpoint's rule) the policy decodes in the
+    dtype the plain pipeline decodes in (e.g. float32 for an fp16 VAE whose config says ``force_upcast``), and with
+    the recipe's own ``sample.vae_dtype`` in that one: the VAE cast to ``Policy.vae_dtype`` as
+    ``components.build_weights`` casts it, decoding outside autocast as the rollout does; the plain pipeline with the
+    VAE as loaded (it applies its own rule)."""
+    from ddpo_grpo.policies.base import VAE_DTYPES
+
+    dtype = recipe_dtype(family, directory)
+    chosen = VAE_DTYPES[checkpoint_of(family, directory).recipe_config().sample.vae_dtype]
+    policy = real_policy(tiny_root, family, directory, dtype, vae_dtype="auto")
+    n = real_rows(family)
+    x = torch.randn(n, *policy.latent_shape(), generator=torch.Generator().manual_seed(0))
+    vae = policy.pipeline.vae
+    loaded = vae.dtype
+
+    def decoded_in(vae_dtype) -> list:
+        vae.to(vae_dtype)
+        with torch.no_grad():
+            return decoder_dtypes(vae, lambda: policy.decode(x))
+
+    ours = decoded_in(policy.vae_dtype(dtype))
+    if chosen is not None:  # the recipe's explicit choice (e.g. flow_grpo's float32 VAE) is what decodes
+        assert set(decoded_in(chosen)) == {chosen}, f"{directory}: sample.vae_dtype {chosen} is not what decodes"
+    vae.to(loaded)
+    with pipeline_sources_as(policy):
+        plain = lambda: policy.reference_sample(rows(n), x.to(dtype), 1, 1.0)  # (latents in the pipeline's dtype)
+        theirs = decoder_dtypes(policy.pipeline.vae, plain)
+    assert ours and theirs and set(ours) == set(theirs), (
+        f"{directory}: the policy decodes in {ours[0]}, the pipeline in {theirs[0]}"
+    )
+
+
+# ----------------------------------------------------------------------------------------------- 13. on-policy
+@pytest.mark.parametrize("family,directory", real_cases("log_probs"))
+def test_real_log_probs_are_recomputed(tiny_root, family, directory):
+    """In the recipe's dtype (cast and autocast), stored log-probs are recomputed in another minibatch to ≤ 1e-4."""
+    dtype = recipe_dtype(family, directory)
+    policy = real_policy(tiny_root, family, directory, dtype)
+    worst = logp_mismatch(policy, real_rows(family) + 1, 3.0)
+    assert worst <= 1e-4, f"{directory}, {dtype}: logp mismatch {worst:.2e}"
+
+
+# ----------------------------------------------------------------------------------------------- 14. LoRA export
+@pytest.mark.parametrize("family,directory", real_cases("lora"))
+def test_real_lora_export_loads(tiny_root, family, directory, tmp_path):
+    """In the recipe's dtype: a LoRA (float32 weights on the cast denoiser, as a run trains it) moves the final latents
+    well beyond the dtype's rounding, and its export loaded in plain diffusers reproduces them to ``TOLERANCE``."""
+    dtype = recipe_dtype(family, directory)
+    policy = real_policy(tiny_root, family, directory, dtype)
+    fresh = lambda: real_policy(tiny_root, family, directory, dtype)
+    change, err = lora_reload(policy, fresh, tmp_path, real_rows(family), scale=0.5)
+    assert change > 4 * TOLERANCE[dtype], f"{directory}: the LoRA moves the latents by {change:.2e} only"
+    assert err <= TOLERANCE[dtype], f"{directory}, {dtype}: the loaded LoRA reproduces the policy to {err:.2e}"
+
+
+def test_every_shipped_config_directory_has_a_spec():
+    """Each directory of config/model_configs/ is a checkpoint of some family's spec (so the kit runs on it)."""
+    from ddpo_grpo.policies.family import MODEL_CONFIGS
+
+    claimed = {c.directory for spec in families().values() for c in spec.checkpoints}
+    shipped = {p.name for p in MODEL_CONFIGS.iterdir() if (p / "model_index.json").is_file()}
+    assert shipped <= claimed, f"config/model_configs/ {sorted(shipped - claimed)}: add a Checkpoint to the spec"
+    assert claimed <= shipped, f"specs name checkpoints without configs: {sorted(claimed - shipped)}"
+    assert {family for family, _ in EXPECTED_FAILURES} <= set(families()), "EXPECTED_FAILURES names no family"

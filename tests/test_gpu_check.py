@@ -166,7 +166,18 @@ def test_tied_tables_stay_tied():
     )
 
 
-def test_benchmark_rollout_runs_under_the_trainers_bf16_autocast(tmp_path):
+@pytest.fixture
+def fresh_accelerate_state():
+    """accelerate keeps one process-wide state whose ``mixed_precision`` is fixed by the first Accelerator: a bf16
+    run after a float32 one in the same process is refused. Forget it before (and after) the test."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_benchmark_rollout_runs_under_the_trainers_bf16_autocast(tmp_path, fresh_accelerate_state):
     """scripts/benchmark.py's bench_rollout on a bf16 run (frozen VAE and encoders in bf16): before the autocast
     both sides fed float32 latents to the bf16 VAE and the plain pipeline call failed."""
     benchmark = load_script("benchmark")

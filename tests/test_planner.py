@@ -331,6 +331,8 @@ def test_gathered_sampling_holds_the_whole_denoiser(tiny_flux):
     """distributed.gather_for_sampling (FSDP): the rollouts hold the whole denoiser in the compute dtype beside the
     sharded state; without it, no such phase."""
     c = _config(use_lora=False, optimizer="adamw")
+    with c.unlocked() if hasattr(c, "unlocked") else contextlib.nullcontext():
+        c.distributed.gather_for_sampling = False
     p = planner.plan(c, 2, 1.0, model=str(tiny_flux), accelerator=False)
     assert p.estimate("fsdp").sampling_phase == 0
     with c.unlocked() if hasattr(c, "unlocked") else contextlib.nullcontext():

@@ -227,7 +227,7 @@ def test_a_replicated_training_call_gives_every_expert_a_gradient(built, monkeyp
     x = torch.randn(2, *policy.latent_shape(), generator=torch.Generator().manual_seed(0))
     t = torch.tensor([950.0, 920.0])  # both samples: the high-noise expert
     alone = policy.forward(experts, x, t, cond)
-    monkeypatch.setattr(wan, "_process_group_size", lambda: 2)
+    monkeypatch.setattr(wan.distributed, "group_size", lambda: 2)
     assert experts.calls(t >= experts.boundary) == ("run", "touch")
     with torch.no_grad():
         assert experts.calls(t >= experts.boundary) == ("run", "")

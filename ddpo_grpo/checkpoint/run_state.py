@@ -174,15 +174,15 @@ class RunState:
         self, policy, manifest: dict, weights=contextlib.nullcontext, *, main: bool = True, base: str = ""
     ) -> Path:
         """Write ``<run>/final/`` atomically: the LoRA layers or the whole pipeline, under the ``weights()`` context
-        (e.g. the EMA applied), and the manifest. Every process calls it; the main one writes (a sharded run's
-        weights are gathered from every process first, and a full fine-tune's pipeline is saved from a fresh load of
-        the base with them)."""
+        (e.g. the EMA applied), and the manifest. Every process calls it; the main one writes. A sharded run's
+        trainable weights are gathered to the main process alone, one tensor at a time (the others keep nothing),
+        and a full fine-tune's pipeline is saved from the base's other components with the gathered denoiser in
+        place of the base's (which is not read again)."""
         from ddpo_grpo.policies import FINAL_MANIFEST, load_pipeline
-        from ddpo_grpo.sharding import full
 
         final = self.run_dir / "final"
         with weights():
-            gathered = {k: full(p).detach().cpu() for k, p in self.params.items()} if self.sharded else None
+            gathered = self._gathered() if self.sharded else None
             if not main:
                 return final
             tmp = self.run_dir / f"{TMP_PREFIX}final-{os.getpid()}"
@@ -194,8 +194,7 @@ class RunState:
                 elif gathered is None:
                     policy.save_pipeline(tmp)
                 else:
-                    fresh = load_pipeline(base)
-                    getattr(fresh, policy.denoiser_attr).load_state_dict(gathered, strict=False)
+                    fresh = load_pipeline(base, components=whole_denoisers(policy, gathered))
                     fresh.save_pretrained(str(tmp))
                 (tmp / FINAL_MANIFEST).write_text(json.dumps(manifest, indent=2))
                 fsync_tree(tmp)
@@ -204,6 +203,30 @@ class RunState:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
         return final
+
+    def _gathered(self) -> dict:
+        """The sharded model's trainable weights (and persistent buffers) whole, on the CPU of process 0 only ({} on
+        the others): ``get_model_state_dict`` gathers them one tensor at a time (a collective)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+        return get_model_state_dict(self.model, options=options)
+
+
+def whole_denoisers(policy, state: dict) -> dict:
+    """pipeline component name -> a plain (unsharded) CPU copy of each denoiser module of ``policy`` holding the
+    tensors of ``state`` (named as in ``policy.denoiser``; every parameter of a full fine-tune), built empty and
+    filled by assignment (no second copy)."""
+    from ddpo_grpo import sharded_loading
+
+    names = {id(m): n for n, m in policy.pipeline.components.items()}
+    prefixes = {id(m): p for p, m in policy.denoiser.named_modules()}
+    out = {}
+    for module in policy.denoiser_modules():
+        head = f"{prefixes[id(module)]}." if prefixes[id(module)] else ""
+        own = {k[len(head) :]: v for k, v in state.items() if k.startswith(head)}
+        out[names[id(module)]] = sharded_loading.whole_from(module, own)
+    return out
 
 
 def final_manifest(config, policy, model_path: str) -> dict:

@@ -1,7 +1,9 @@
 """The token and latent sizes of one sample, from the pipeline's configs and the sample.* settings.
 
-Per family (``model_index.json`` ``_class_name``), with f = the VAE's spatial factor (2^(levels − 1)), r =
-sample.resolution, L = sample.max_sequence_length (0: the pipeline's default, ``policies.base.pipeline_text_length``):
+Per family (``model_index.json`` ``_class_name`` -> its ``FamilySpec``: ``geometry`` names the token model below,
+``source_tokens`` says a source image's tokens join the sequence, ``video`` comes from its adapter), with f = the
+VAE's spatial factor (2^(levels − 1)), r = sample.resolution, L = sample.max_sequence_length (0: the pipeline's
+default, ``policies.base.pipeline_text_length``):
 
     FLUX.1 / Kontext   image tokens (r/f/2)² (2×2 packing; Kontext × 2: the source image's tokens join), text L
     SD3 / SD3.5        image tokens (r/f/p)² (p = the transformer's patch), text 77 (CLIP) + L (T5)
@@ -21,21 +23,17 @@ from pathlib import Path
 
 from ddpo_grpo.policies.base import pipeline_text_length
 
-#: pipeline class -> family key
-FAMILIES = {
-    "FluxPipeline": "flux",
-    "FluxKontextPipeline": "flux",
-    "StableDiffusion3Pipeline": "sd3",
-    "QwenImagePipeline": "qwen",
-    "QwenImageEditPipeline": "qwen",
-    "QwenImageEditPlusPipeline": "qwen",
-    "WanPipeline": "wan",
-    "WanImageToVideoPipeline": "wan",
-}
-#: families whose rows add a source image's tokens to the sequence
-EDITING = ("FluxKontextPipeline", "QwenImageEditPipeline", "QwenImageEditPlusPipeline")
-#: families whose sample is a video
+#: the frame count of a video sample when sample.num_frames is 0 (Wan's pipeline default)
 VIDEO_DEFAULT_FRAMES = 81
+
+
+def family_of(pipeline: str) -> tuple[str, bool, bool]:
+    """(geometry key, source tokens join, video) of pipeline class ``pipeline``'s family spec; ("", False, False) for
+    a class without one."""
+    from ddpo_grpo.policies.family import families
+
+    spec = families().get(pipeline)
+    return (spec.geometry, spec.source_tokens, spec.video) if spec else ("", False, False)
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,7 @@ def geometry(directory: Path, sample) -> Geometry:
     directory = Path(directory)
     index = _read(directory / "model_index.json")
     pipeline = index.get("_class_name", "")
-    family = FAMILIES.get(pipeline, "")
+    family, editing, video = family_of(pipeline)
     denoiser = "transformer" if (directory / "transformer").is_dir() else "unet"
     dcfg = _read(directory / denoiser / "config.json")
     vcfg = _read(directory / "vae" / "config.json") if (directory / "vae" / "config.json").is_file() else {}
@@ -69,17 +67,17 @@ def geometry(directory: Path, sample) -> Geometry:
     r = int(sample.resolution) or 8 * int(_side(dcfg.get("sample_size", 64)))
     side = r // factor
     frames = 1
-    if family == "wan":
+    if video:
         num_frames = int(getattr(sample, "num_frames", 0) or VIDEO_DEFAULT_FRAMES)
         frames = (num_frames - 1) // 4 + 1
     patch = dcfg.get("patch_size", 2)
     patch = patch[-1] if isinstance(patch, (list, tuple)) else patch
     patch = 2 if family in ("flux",) else patch  # FLUX packs 2×2 latent patches (its own patch_size is 1)
-    image_tokens = frames * (side // patch) ** 2 * (2 if pipeline in EDITING else 1)
+    image_tokens = frames * (side // patch) ** 2 * (2 if editing else 1)
     length = int(sample.max_sequence_length) or pipeline_text_length(pipeline)  # 0 = the pipeline's default
     text_tokens = 77 + length if family == "sd3" else length
     text_width = dcfg.get("joint_attention_dim") or dcfg.get("text_dim") or dcfg.get("cross_attention_dim") or 0
-    pixels = 3 * r * r * (int(getattr(sample, "num_frames", 0) or VIDEO_DEFAULT_FRAMES) if family == "wan" else 1)
+    pixels = 3 * r * r * (int(getattr(sample, "num_frames", 0) or VIDEO_DEFAULT_FRAMES) if video else 1)
     return Geometry(family, image_tokens, text_tokens, channels * frames * side * side, pixels, int(text_width), side)
 
 

@@ -1,13 +1,16 @@
 """Policy adapters, chosen from the pipeline's own class (``model_index.json`` → ``_class_name``).
 
     load_pipeline(model)        -> pipeline (local dir, hub id, a run's output, or a factory file)
+    denoiser_components(model)  -> the pipeline components its adapter trains (read from model_index.json)
     build_policy(model, **kw)   -> Policy adapter around it
     canonical_model(model)      -> the same model with local paths made absolute (for manifests)
 
-Adding a model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy``
-subclass) + one line in ``ADAPTERS`` (+ one in ``PIPELINES`` when its pipeline class is not one of diffusers') + its
-tiny builder in ``ddpo_grpo.tiny.FAMILIES``; the adapter test kit (tests/test_adapter_kit.py) then checks it
-(docs/adapters.md). The supported families and their recipes: docs/models.md.
+Every family is registered once, by the ``FamilySpec`` at the end of its adapter file (``policies.family``): the
+tables here (``ADAPTERS``, ``PIPELINES``), ``ddpo_grpo.tiny``'s and the planner's are views of that registry. Adding a
+model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy`` subclass)
+with its spec, its tiny builder, a config and its checkpoints' configs; the adapter test kit
+(tests/test_adapter_kit.py) then checks it (docs/adapters.md). The supported families and their recipes:
+docs/models.md.
 
 A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
 ``"path/to/my_model.py"``, which calls ``build``) imports the file (``ddpo_grpo.plugins.import_user_file``)
@@ -24,30 +27,51 @@ import importlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-#: pipeline class name -> "module:Class" of its adapter (imported lazily)
-ADAPTERS = {
-    "StableDiffusionPipeline": "ddpo_grpo.policies.sd:SDPolicy",
-    "StableDiffusion3Pipeline": "ddpo_grpo.policies.sd3:SD3Policy",
-    "StableDiffusionInstructPix2PixPipeline": "ddpo_grpo.policies.ip2p:IP2PPolicy",
-    "DenoiserPipeline": "ddpo_grpo.policies.denoiser:DenoiserPolicy",
-    "FluxPipeline": "ddpo_grpo.policies.flux:FluxPolicy",
-    "FluxKontextPipeline": "ddpo_grpo.policies.kontext:KontextPolicy",
-    "QwenImagePipeline": "ddpo_grpo.policies.qwen_image:QwenImagePolicy",
-    "QwenImageEditPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPolicy",
-    "QwenImageEditPlusPipeline": "ddpo_grpo.policies.qwen_image_edit:QwenImageEditPlusPolicy",
-    "ZImagePipeline": "ddpo_grpo.policies.zimage:ZImagePolicy",
-    "StableDiffusionXLPipeline": "ddpo_grpo.policies.sdxl:SDXLPolicy",
-    "WanPipeline": "ddpo_grpo.policies.wan:WanPolicy",
-    "WanImageToVideoPipeline": "ddpo_grpo.policies.wan_i2v:WanI2VPolicy",
-}
+#: the registry's API, re-exported from ``policies.family`` on first use (``__getattr__``: keeps this import light)
+_FAMILY_API = ("Checkpoint", "FamilySpec", "by_name", "families", "register")
+
+
+def __getattr__(name: str):
+    if name in _FAMILY_API:
+        from ddpo_grpo.policies import family
+
+        return getattr(family, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class View(Mapping):
+    """A read-only mapping computed from the family registry on each use (``ADAPTERS``, ``tiny.BUILDERS``, …):
+    ``build`` gets ``families()`` (pipeline class -> ``FamilySpec``) and returns the dict."""
+
+    def __init__(self, build):
+        self._build = build
+
+    def _data(self) -> dict:
+        from ddpo_grpo.policies.family import families
+
+        return self._build(families())
+
+    def __getitem__(self, key):
+        return self._data()[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+    def __repr__(self) -> str:
+        return repr(self._data())
+
+
+#: pipeline class name -> "module:Class" of its adapter (a view of the family specs; adapters imported on first use)
+ADAPTERS = View(lambda specs: {p: spec.adapter_target for p, spec in specs.items()})
 
 #: pipeline classes that are not diffusers': class name (model_index.json `_class_name`) -> "module:Class"
-PIPELINES = {
-    "DenoiserPipeline": "ddpo_grpo.pipelines:DenoiserPipeline",
-}
+PIPELINES = View(lambda specs: {p: spec.pipeline_target for p, spec in specs.items() if spec.pipeline_target})
 
 #: the function a factory file spec without ":name" calls
 DEFAULT_FACTORY = "build"
@@ -162,27 +186,57 @@ def _pipeline_class(class_name: str, model: str):
     return getattr(diffusers, class_name)
 
 
-def load_pipeline(model: str, torch_dtype=None):
+def load_pipeline(model: str, torch_dtype=None, components: dict | None = None):
     """Load any supported pipeline; components saved as null (e.g. SD3 without T5) are passed as None.
 
     ``model``: a pipeline directory or hub id, a run's output (``resolve_model``), or a factory file spec
     ("path/to/file.py:fn"; see the module docstring). A LoRA run's output loads its base, then the LoRA.
+    ``torch_dtype``: one dtype, or diffusers' per-component dict (``{"transformer": torch.float32, "default":
+    torch.bfloat16}``): each component is read from its files straight into it (a factory's pipeline is cast).
+    ``components``: component name -> a module to use instead of loading that one (e.g. a denoiser built empty for
+    sharded loading, ``ddpo_grpo.sharded_loading``).
     """
     base, lora_dir = resolve_model(model)
     if is_factory_spec(base):
         pipeline = _from_factory(base)
+        if components:
+            pipeline.register_modules(**components)
         if torch_dtype is not None:
-            pipeline.to(torch_dtype)
+            import torch
+
+            for name, module in pipeline.components.items():
+                if isinstance(module, torch.nn.Module) and name not in (components or {}):
+                    module.to(component_dtype(torch_dtype, name))
     else:
         index = _read_model_index(base)
         pipeline_class = _pipeline_class(index.get("_class_name"), model)
         missing = {k: None for k, v in index.items() if isinstance(v, list) and len(v) == 2 and v[0] is None}
         kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
-        pipeline = pipeline_class.from_pretrained(base, **missing, **kwargs)
+        pipeline = pipeline_class.from_pretrained(base, **missing, **(components or {}), **kwargs)
     if lora_dir is not None:
         policy_class(pipeline).load_lora(pipeline, lora_dir)
     pipeline.set_progress_bar_config(disable=True)
     return pipeline
+
+
+def component_dtype(torch_dtype, name: str):
+    """The dtype ``torch_dtype`` (one dtype or a per-component dict with "default") gives component ``name``."""
+    import torch
+
+    if isinstance(torch_dtype, Mapping):
+        return torch_dtype.get(name, torch_dtype.get("default", torch.float32))
+    return torch_dtype
+
+
+def denoiser_components(model: str) -> tuple[str, ...]:
+    """The component names of the pipeline directory or hub id ``model`` that its adapter trains (a two-expert
+    model's both); () for a factory file or a run's LoRA output, whose pipeline is only known once built."""
+    base, lora_dir = resolve_model(model)
+    if is_factory_spec(base) or lora_dir is not None:
+        return ()
+    index = _read_model_index(base)
+    cls = _import_target(_adapter_target(_pipeline_class(index.get("_class_name"), model)))
+    return cls.denoiser_components(index)
 
 
 def _adapter_target(cls) -> str | None:

@@ -285,6 +285,11 @@ class Policy:
         """The pipeline's own denoiser component(s) inside ``denoiser`` (two for a two-expert model)."""
         return [self.denoiser]
 
+    @classmethod
+    def denoiser_components(cls, index: dict) -> tuple[str, ...]:
+        """The names of those components in a pipeline's ``model_index.json`` (``index``), before it is loaded."""
+        return (cls.denoiser_attr,)
+
     @property
     def vae_scale_factor(self) -> int:
         return 2 ** (len(self.pipeline.vae.config.block_out_channels) - 1)

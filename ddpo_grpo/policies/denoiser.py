@@ -138,3 +138,17 @@ class DenoiserPolicy(DiffusionPolicy):
 
     def preview(self, samples):
         return self.pipeline.preview(samples)  # [N, 3, H, W] in [0, 1]
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+SPEC = FamilySpec(
+    name="denoiser",
+    pipeline="DenoiserPipeline",
+    adapter=DenoiserPolicy,
+    tiny="ddpo_grpo.tiny:build_tiny_denoiser",
+    kit_tiny_kwargs={"scheduler": "ddim"},  # the kit's reference sampler: DDIM at η = 0
+    pipeline_target="ddpo_grpo.pipelines:DenoiserPipeline",
+    benchmark=False,  # no diffusers pipeline call to compare the rollout with
+)

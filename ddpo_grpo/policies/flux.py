@@ -136,3 +136,33 @@ class FluxPolicy(FlowPolicy):
         if guidance_scale > 1.0:
             kwargs["negative_prompt"] = [negative_prompt] * len(prompts)
         return kwargs
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+
+def real_cut(shipped: dict, encoders) -> dict:
+    """1 double- and 1 single-stream block of 2 heads (of the shipped head width, which the RoPE axes sum to); the
+    text widths of the cut encoders: T5's hidden states, CLIP's pooled output."""
+    return dict(
+        num_layers=1,
+        num_single_layers=1,
+        num_attention_heads=2,
+        joint_attention_dim=encoders["text_encoder_2"].d_model,
+        pooled_projection_dim=encoders["text_encoder"].hidden_size,
+    )
+
+
+SPEC = FamilySpec(
+    name="flux",
+    pipeline="FluxPipeline",
+    adapter=FluxPolicy,
+    tiny="ddpo_grpo.tiny.flux:build_tiny_flux",
+    checkpoints=(
+        Checkpoint("flux1-dev", recipe="config.flux:pickscore"),
+        Checkpoint("flux1-schnell", recipe="config.flux:pickscore"),  # (no schnell recipe: the family's)
+    ),
+    real_cut=real_cut,
+    geometry="flux",
+)

@@ -174,3 +174,14 @@ class IP2PPolicy(SDPolicy):
             cond = self.encode_rows([rows[i] for i in kept], negative_prompt)
         x0 = self.target_latents(torch.stack(truths), generator)
         return SupervisedBatch(cond, x0, index, len(rows) - len(kept))
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+SPEC = FamilySpec(
+    name="ip2p",
+    pipeline="StableDiffusionInstructPix2PixPipeline",
+    adapter=IP2PPolicy,
+    tiny="ddpo_grpo.tiny.sd:build_tiny_ip2p",
+)

@@ -62,3 +62,19 @@ class KontextPolicy(FluxPolicy):
     def pipeline_kwargs(self, rows, latents, guidance_scale, negative_prompt):
         kwargs = super().pipeline_kwargs(rows, latents, guidance_scale, negative_prompt)
         return dict(kwargs, image=self.source_images(rows), max_area=self.resolution**2, _auto_resize=False)
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+from ddpo_grpo.policies.flux import real_cut  # noqa: E402
+
+SPEC = FamilySpec(
+    name="kontext",
+    pipeline="FluxKontextPipeline",
+    adapter=KontextPolicy,
+    tiny="ddpo_grpo.tiny.flux:build_tiny_kontext",
+    checkpoints=(Checkpoint("flux1-kontext-dev", recipe="config.flux:kontext"),),
+    real_cut=real_cut,
+    geometry="flux",
+    source_tokens=True,
+)

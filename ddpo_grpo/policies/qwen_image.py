@@ -166,3 +166,25 @@ class QwenImagePolicy(FlowPolicy):
         if self.denoiser.config.guidance_embeds:
             kwargs["guidance_scale"] = float(self.settings.distilled_guidance)
         return kwargs
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+
+def real_cut(shipped: dict, encoders) -> dict:
+    """1 block of 2 heads (of the shipped head width, which the RoPE axes sum to); the cut text encoder's width."""
+    return dict(
+        num_layers=1, num_attention_heads=2, joint_attention_dim=encoders["text_encoder"].text_config.hidden_size
+    )
+
+
+SPEC = FamilySpec(
+    name="qwen_image",
+    pipeline="QwenImagePipeline",
+    adapter=QwenImagePolicy,
+    tiny="ddpo_grpo.tiny.qwen:build_tiny_qwen_image",
+    checkpoints=(Checkpoint("qwen-image", recipe="config.qwen_image:pickscore"),),
+    real_cut=real_cut,
+    geometry="qwen",
+)

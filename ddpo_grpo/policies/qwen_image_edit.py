@@ -164,3 +164,31 @@ class QwenImageEditPlusPolicy(QwenImageEditPolicy):
         return torch.cat(
             [parent([r], latents[i : i + 1], num_steps, guidance_scale, negative_prompt) for i, r in enumerate(rows)]
         )
+
+
+# ---- the families' registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+from ddpo_grpo.policies.qwen_image import real_cut  # noqa: E402
+
+SPECS = (
+    FamilySpec(
+        name="qwen_image_edit",
+        pipeline="QwenImageEditPipeline",
+        adapter=QwenImageEditPolicy,
+        tiny="ddpo_grpo.tiny.qwen:build_tiny_qwen_image_edit",
+        checkpoints=(Checkpoint("qwen-image-edit", recipe="config.qwen_image:edit"),),
+        real_cut=real_cut,
+        geometry="qwen",
+        source_tokens=True,
+    ),
+    FamilySpec(
+        name="qwen_image_edit_plus",
+        pipeline="QwenImageEditPlusPipeline",
+        adapter=QwenImageEditPlusPolicy,
+        tiny="ddpo_grpo.tiny.qwen:build_tiny_qwen_image_edit_plus",
+        checkpoints=(Checkpoint("qwen-image-edit-2509", recipe="config.qwen_image:edit_plus"),),
+        real_cut=real_cut,
+        geometry="qwen",
+        source_tokens=True,
+    ),
+)

@@ -43,3 +43,38 @@ class SDPolicy(DiffusionPolicy):
             latents=latents,
             eta=0.0,
         )
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+
+def unet_cut(shipped: dict, cross_attention_dim: int) -> dict:
+    """A UNet at the shipped number of levels (the latent's factor) with 32 / 64 channels and heads of 32 channels,
+    1 resnet and 1 transformer layer per level; the cut text encoders' width for cross-attention."""
+    levels = len(shipped["block_out_channels"])
+    channels = [32 * min(2**i, 2) for i in range(levels)]
+    cut = dict(
+        block_out_channels=channels,
+        layers_per_block=1,
+        attention_head_dim=[c // 32 for c in channels],  # (diffusers' legacy name for the head count)
+        cross_attention_dim=cross_attention_dim,
+    )
+    if isinstance(shipped.get("transformer_layers_per_block"), list):
+        cut["transformer_layers_per_block"] = [1] * levels
+    return cut
+
+
+def real_cut(shipped: dict, encoders) -> dict:
+    """``unet_cut`` over the cut CLIP's hidden states."""
+    return unet_cut(shipped, encoders["text_encoder"].hidden_size)
+
+
+SPEC = FamilySpec(
+    name="sd",
+    pipeline="StableDiffusionPipeline",
+    adapter=SDPolicy,
+    tiny="ddpo_grpo.tiny.sd:build_tiny_sd",
+    checkpoints=(Checkpoint("sd1.5", recipe="config.sd:compressibility"),),
+    real_cut=real_cut,
+)

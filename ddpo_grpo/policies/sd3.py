@@ -60,3 +60,32 @@ class SD3Policy(FlowPolicy):
             latents=latents,
             max_sequence_length=self.max_sequence_length,
         )
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+
+def real_cut(shipped: dict, encoders) -> dict:
+    """1 joint block of 2 heads (of the shipped head width); the text widths of the cut encoders: T5's for the joint
+    sequence, the two CLIPs' projections together for the pooled vector."""
+    heads = 2
+    pooled = encoders["text_encoder"].projection_dim + encoders["text_encoder_2"].projection_dim
+    return dict(
+        num_layers=1,
+        num_attention_heads=heads,
+        caption_projection_dim=heads * shipped["attention_head_dim"],  # the joint blocks' width
+        joint_attention_dim=encoders["text_encoder_3"].d_model,
+        pooled_projection_dim=pooled,
+    )
+
+
+SPEC = FamilySpec(
+    name="sd3",
+    pipeline="StableDiffusion3Pipeline",
+    adapter=SD3Policy,
+    tiny="ddpo_grpo.tiny.sd:build_tiny_sd3",
+    checkpoints=(Checkpoint("sd3.5-medium", recipe="config.sd3:pickscore"),),
+    real_cut=real_cut,
+    geometry="sd3",
+)

@@ -81,3 +81,27 @@ class SDXLPolicy(SDPolicy):
         if not negative_prompt:  # None: the pipeline's zero embeddings (force_zeros_for_empty_prompt)
             kwargs["negative_prompt"] = None
         return kwargs
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+from ddpo_grpo.policies.sd import unet_cut  # noqa: E402
+
+
+def real_cut(shipped: dict, encoders) -> dict:
+    """SD's UNet cut; cross-attention over both CLIPs' hidden states, the added condition over the shipped time
+    embeddings of the 6 size / crop numbers and the second CLIP's projection."""
+    clip_l, clip_g = encoders["text_encoder"], encoders["text_encoder_2"]
+    cut = unet_cut(shipped, clip_l.hidden_size + clip_g.hidden_size)
+    cut["projection_class_embeddings_input_dim"] = 6 * shipped["addition_time_embed_dim"] + clip_g.projection_dim
+    return cut
+
+
+SPEC = FamilySpec(
+    name="sdxl",
+    pipeline="StableDiffusionXLPipeline",
+    adapter=SDXLPolicy,
+    tiny="ddpo_grpo.tiny.sdxl:build_tiny_sdxl",
+    checkpoints=(Checkpoint("sdxl-base-1.0", recipe="config.sdxl:aesthetic"),),
+    real_cut=real_cut,
+)

@@ -39,6 +39,7 @@ import os
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
+from ddpo_grpo import distributed
 from ddpo_grpo.policies.flow import FlowPolicy
 
 #: the pipeline's default frame count and height (videos here are square)
@@ -74,12 +75,6 @@ class _Attach(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad, grad.new_zeros(ctx.shape, dtype=ctx.dtype)
-
-
-def _process_group_size() -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 class WanExperts(torch.nn.Module):
@@ -129,15 +124,12 @@ class WanExperts(torch.nn.Module):
         """
         need = torch.stack([high.any(), (~high).any()])  # [2] bool
         own = (bool(need[0]), bool(need[1]))
-        if _process_group_size() == 1:
+        if distributed.group_size() == 1:
             return tuple("run" if n else "" for n in own)
         from torch.distributed.fsdp import FSDPModule
 
         if isinstance(self, FSDPModule):
-            import torch.distributed as dist
-
-            need = need.to(torch.int32)
-            dist.all_reduce(need, op=dist.ReduceOp.MAX)
+            need = distributed.any_process(need)
             return tuple("run" if n else ("idle" if bool(m) else "") for n, m in zip(own, need))
         spare = "touch" if torch.is_grad_enabled() else ""
         return tuple("run" if n else spare for n in own)
@@ -204,6 +196,12 @@ class WanPolicy(FlowPolicy):
     def denoiser_modules(self) -> list[torch.nn.Module]:
         e = self._experts
         return [self.pipeline.transformer] if e is None else [e.transformer, e.transformer_2]
+
+    @classmethod
+    def denoiser_components(cls, index: dict) -> tuple[str, ...]:
+        second = index.get(EXPERTS[1])  # Wan 2.2's low-noise expert: ["diffusers", "WanTransformer3DModel"] or nulls
+        two = isinstance(second, list) and second[0] is not None and index.get("boundary_ratio") is not None
+        return EXPERTS if two else EXPERTS[:1]  # (as __init__ pairs them)
 
     def check_experts(self, experts: str) -> tuple[str, ...]:
         """The expert attributes LoRA trains: all for "", else the one named; ValueError naming ``sample.experts``."""
@@ -412,3 +410,34 @@ class WanPolicy(FlowPolicy):
             max_sequence_length=self.max_sequence_length,
             **({"guidance_scale_2": self.guidance_scale_2} if self.guidance_scale_2 is not None else {}),
         )
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+
+def real_cut(shipped: dict, encoders) -> dict:
+    """1 block of 2 heads (of the shipped head width, which the RoPE axes split); the cut encoders' widths (UMT5's;
+    the CLIP image encoder's for Wan 2.1 image-to-video)."""
+    heads = 2
+    cut = dict(num_layers=1, num_attention_heads=heads, text_dim=encoders["text_encoder"].d_model)
+    if shipped.get("image_dim") is not None:
+        cut["image_dim"] = encoders["image_encoder"].hidden_size
+    if shipped.get("added_kv_proj_dim") is not None:  # the image tokens' keys / values: the blocks' width
+        cut["added_kv_proj_dim"] = heads * shipped["attention_head_dim"]
+    return cut
+
+
+SPEC = FamilySpec(
+    name="wan",
+    pipeline="WanPipeline",
+    adapter=WanPolicy,
+    tiny="ddpo_grpo.tiny.wan:build_tiny_wan",
+    checkpoints=(
+        Checkpoint("wan2.1-t2v-1.3b", recipe="config.wan:t2v"),
+        Checkpoint("wan2.1-t2v-14b", recipe="config.wan:t2v"),
+        Checkpoint("wan2.2-t2v-a14b", recipe="config.wan:t2v"),
+    ),
+    real_cut=real_cut,
+    geometry="wan",
+)

@@ -75,3 +75,21 @@ class WanI2VPolicy(WanPolicy):
         return torch.cat(
             [parent([r], latents[i : i + 1], num_steps, guidance_scale, negative_prompt) for i, r in enumerate(rows)]
         )
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+from ddpo_grpo.policies.wan import real_cut  # noqa: E402
+
+SPEC = FamilySpec(
+    name="wan_i2v",
+    pipeline="WanImageToVideoPipeline",
+    adapter=WanI2VPolicy,
+    tiny="ddpo_grpo.tiny.wan:build_tiny_wan_i2v",
+    checkpoints=(
+        Checkpoint("wan2.1-i2v-14b-480p", recipe="config.wan:i2v"),
+        Checkpoint("wan2.2-i2v-a14b", recipe="config.wan:i2v"),
+    ),
+    real_cut=real_cut,
+    geometry="wan",
+)

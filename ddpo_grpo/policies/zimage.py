@@ -102,3 +102,32 @@ class ZImagePolicy(FlowPolicy):
             latents=latents,
             max_sequence_length=self.max_sequence_length,
         )
+
+
+# ---- the family's registration (ddpo_grpo.policies.family) -------------------------------------------------
+from ddpo_grpo.policies.family import Checkpoint, FamilySpec  # noqa: E402 (the spec block closes the adapter file)
+
+
+def real_cut(shipped: dict, encoders) -> dict:
+    """1 main and 1 refiner block of 2 heads (of the shipped head width, which the RoPE axes sum to); the cut text
+    encoder's width."""
+    heads = 2
+    head_dim = shipped["dim"] // shipped["n_heads"]
+    return dict(
+        n_layers=1,
+        n_refiner_layers=1,
+        n_heads=heads,
+        n_kv_heads=heads,
+        dim=heads * head_dim,
+        cap_feat_dim=encoders["text_encoder"].hidden_size,
+    )
+
+
+SPEC = FamilySpec(
+    name="zimage",
+    pipeline="ZImagePipeline",
+    adapter=ZImagePolicy,
+    tiny="ddpo_grpo.tiny.zimage:build_tiny_zimage",
+    checkpoints=(Checkpoint("z-image-turbo", recipe="config.zimage:pickscore"),),
+    real_cut=real_cut,
+)

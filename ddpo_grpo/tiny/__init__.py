@@ -15,9 +15,10 @@ test suite; every tokenizer is built locally (``tiny.common``). One module per f
 Sizes: image latents are 4×(res/4)×(res/4) (a 4× VAE) except the Qwen-Image and Wan video VAEs (8×); the tiny
 denoiser's samples are 16 frames × 8 features (``sample.resolution`` does not apply to it).
 
-``BUILDERS`` maps the names of ``pretrained.tiny`` to the builders; ``FAMILIES`` maps every pipeline class with a
-policy adapter (``ddpo_grpo.policies.ADAPTERS``) to the builder the adapter test kit (tests/test_adapter_kit.py)
-runs it on: registering an adapter without a tiny builder fails the kit.
+A family names its tiny builder in its spec (``FamilySpec.tiny``, ``ddpo_grpo.policies.family``); ``BUILDERS`` (the
+names of ``pretrained.tiny`` -> builder) and ``FAMILIES`` (pipeline class -> the builder the adapter test kit,
+tests/test_adapter_kit.py, runs it on) are views of the specs. ``from_configs.build_from_configs`` builds a family
+from a real checkpoint's configs instead (the kit's real-config mode).
 """
 
 from __future__ import annotations
@@ -30,13 +31,17 @@ import torch
 from diffusers import ModelMixin
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 
+from ddpo_grpo.policies import View
 from ddpo_grpo.tiny.common import TEXT_HIDDEN, TOKENIZER_MAX_LENGTH, _char_vocab, build_tokenizer, text_config
-from ddpo_grpo.tiny.flux import build_tiny_flux, build_tiny_kontext
-from ddpo_grpo.tiny.qwen import build_tiny_qwen_image, build_tiny_qwen_image_edit, build_tiny_qwen_image_edit_plus
-from ddpo_grpo.tiny.sd import build_tiny_ip2p, build_tiny_sd, build_tiny_sd3
-from ddpo_grpo.tiny.sdxl import build_tiny_sdxl
-from ddpo_grpo.tiny.wan import build_tiny_wan, build_tiny_wan_i2v
-from ddpo_grpo.tiny.zimage import build_tiny_zimage
+
+# the builders re-exported (``from ddpo_grpo.tiny import build_tiny_sd``); a new family's needs no line here: its spec
+# names it
+from ddpo_grpo.tiny.flux import build_tiny_flux, build_tiny_kontext  # noqa: F401
+from ddpo_grpo.tiny.qwen import build_tiny_qwen_image, build_tiny_qwen_image_edit, build_tiny_qwen_image_edit_plus  # noqa: F401
+from ddpo_grpo.tiny.sd import build_tiny_ip2p, build_tiny_sd, build_tiny_sd3  # noqa: F401
+from ddpo_grpo.tiny.sdxl import build_tiny_sdxl  # noqa: F401
+from ddpo_grpo.tiny.wan import build_tiny_wan, build_tiny_wan_i2v  # noqa: F401
+from ddpo_grpo.tiny.zimage import build_tiny_zimage  # noqa: F401
 
 
 class TinyDenoiser(ModelMixin, ConfigMixin):
@@ -110,39 +115,17 @@ def build_tiny_denoiser(path: str | Path, seed: int = 0, frames: int = 16, featu
     return pipe
 
 
-#: `pretrained.tiny` name -> builder(path)
-BUILDERS = {
-    "sd3": build_tiny_sd3,
-    "sd": build_tiny_sd,
-    "denoiser": build_tiny_denoiser,
-    "ip2p": build_tiny_ip2p,
-    "sdxl": build_tiny_sdxl,
-    "flux": build_tiny_flux,
-    "kontext": build_tiny_kontext,
-    "qwen_image": build_tiny_qwen_image,
-    "qwen_image_edit": build_tiny_qwen_image_edit,
-    "qwen_image_edit_plus": build_tiny_qwen_image_edit_plus,
-    "zimage": build_tiny_zimage,
-    "wan": build_tiny_wan,
-    "wan_i2v": build_tiny_wan_i2v,
-}
+#: `pretrained.tiny` name -> builder(path) (a view of the family specs)
+BUILDERS = View(lambda specs: {spec.name: spec.tiny_builder() for spec in specs.values()})
 
-#: pipeline class with an adapter -> the tiny builder the adapter test kit runs it on
-FAMILIES = {
-    "StableDiffusionPipeline": build_tiny_sd,
-    "StableDiffusion3Pipeline": build_tiny_sd3,
-    "StableDiffusionInstructPix2PixPipeline": build_tiny_ip2p,
-    "DenoiserPipeline": functools.partial(build_tiny_denoiser, scheduler="ddim"),
-    "StableDiffusionXLPipeline": build_tiny_sdxl,
-    "FluxPipeline": build_tiny_flux,
-    "FluxKontextPipeline": build_tiny_kontext,
-    "QwenImagePipeline": build_tiny_qwen_image,
-    "QwenImageEditPipeline": build_tiny_qwen_image_edit,
-    "QwenImageEditPlusPipeline": build_tiny_qwen_image_edit_plus,
-    "ZImagePipeline": build_tiny_zimage,
-    "WanPipeline": build_tiny_wan,
-    "WanImageToVideoPipeline": build_tiny_wan_i2v,
-}
+
+def _kit_builder(spec):
+    builder = spec.tiny_builder()
+    return functools.partial(builder, **spec.kit_tiny_kwargs) if spec.kit_tiny_kwargs else builder
+
+
+#: pipeline class with an adapter -> the tiny builder the adapter test kit runs it on (a view of the family specs)
+FAMILIES = View(lambda specs: {pipeline: _kit_builder(spec) for pipeline, spec in specs.items()})
 
 __all__ = [
     "BUILDERS",
