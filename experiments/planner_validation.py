@@ -217,7 +217,7 @@ def predict(point: str, logdir: str) -> dict:
     }
 
 
-def _row(point: str, epoch: list, setup: list, pred: dict, seconds: float) -> dict:
+def _row(point: str, epoch: list, setup: list, pred: dict, seconds: float, kinds: list = ()) -> dict:
     """The point's JSON row: predicted and measured (per process) peaks of the epoch, the set-up and the two
     together, with the prediction's error against the largest process's."""
     gib = 2**30
@@ -243,6 +243,7 @@ def _row(point: str, epoch: list, setup: list, pred: dict, seconds: float) -> di
         "parts_gib": {k: v / gib for k, v in pred["parts"].items()},
         "phases_gib": {k: v / gib for k, v in pred["phases"].items()},
         "seconds": seconds,
+        "rss_gib": [{k: v / gib for k, v in r.items()} for r in kinds],  # per process: file-mapped / anonymous
     }
 
 
@@ -257,9 +258,9 @@ def run_point(point: str, logdir: str) -> dict:
     start = time.time()
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     ranks = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(processes)]
-    return _row(
-        point, [r["epoch"] for r in ranks], [r["setup"] for r in ranks], predict(point, logdir), time.time() - start
-    )
+    kinds = [{k: r[k] for k in ("setup_file", "setup_anon", "end_file", "end_anon")} for r in ranks]
+    seconds = time.time() - start
+    return _row(point, [r["epoch"] for r in ranks], [r["setup"] for r in ranks], predict(point, logdir), seconds, kinds)
 
 
 def describe(pt: Point) -> str:

@@ -2,6 +2,7 @@
 move the way the levers say, the shipped configs give the published model sizes, bad input is one line."""
 
 import contextlib
+import importlib
 
 import pytest
 import torch
@@ -319,12 +320,41 @@ def test_set_up_phase_per_strategy(tiny_flux):
     p = _plan(tiny_flux, processes=2, use_lora=False, ema=True)
     ddp, fsdp, f = p.estimate("ddp"), p.estimate("fsdp"), p.facts
     read = 2 * -(-f.largest_tensor // 2) * 4  # full fine-tuning: the trained denoiser is read in float32
-    assert ddp.load_phase == ddp.parts["weights"] + ddp.parts["ddp buckets"] + f.encoder_bytes + ddp.parts["ema"]
     assert fsdp.load_phase == fsdp.parts["weights"] + f.encoder_bytes + fsdp.parts["ema"] + read
     gpu = planner.plan(_config(use_lora=False, ema=True), 2, 1.0, model=str(tiny_flux), accelerator=True)
     assert gpu.estimate("fsdp").load_phase == fsdp.load_phase - read  # the slice is read on the host
+    held = ddp.parts["weights"] + ddp.parts["ddp buckets"] + f.encoder_bytes + ddp.parts["ema"]
+    assert gpu.estimate("ddp").load_phase == held + ddp.parts["weights"]  # + DDP's broadcast (tiny: < 2 buckets)
     assert ddp.peak == max(ddp.phases.values())
     assert set(ddp.phases) == {"training", "encoding", "load", "swap", "sampling"}
+
+
+def test_ddp_set_up_broadcasts_and_copies_out_of_the_file(tiny_flux):
+    """DDP over P > 1: wrapping broadcasts the weights from rank 0 (two 250 MiB buckets in flight, at most the
+    weights row); CPU processes copy the pipeline out of its file mapping as it moves to "cpu:0", 2 × (encoders +
+    the denoiser as read) (experiments/planner_validation.py ``ddp2_lora_b2``: 2.14 GiB measured); one process
+    neither."""
+    estimate = importlib.import_module("ddpo_grpo.planner.estimate")  # (the package's ``estimate`` is the function)
+
+    c = _config(use_lora=True)
+    cpu = planner.plan(c, 2, 1.0, model=str(tiny_flux), accelerator=False)
+    gpu = planner.plan(c, 2, 1.0, model=str(tiny_flux), accelerator=True).estimate("ddp")
+    f, e = cpu.facts, cpu.estimate("ddp")
+    held = gpu.parts["weights"] + gpu.parts["ddp buckets"] + f.encoder_bytes + gpu.parts["rewards"]
+    assert gpu.load_phase == held + gpu.parts["weights"]
+    read = e.parts["weights"] - 4 * f.lora_numel
+    assert e.load_phase == max(held + e.parts["weights"], e.parts["rewards"] + 2 * (f.encoder_bytes + read))
+    assert e.load_phase > held + e.parts["weights"]
+    one = planner.plan(c, 1, 1.0, model=str(tiny_flux), accelerator=False).estimate("ddp")
+    assert one.load_phase == one.parts["weights"] + f.encoder_bytes + one.parts["rewards"]
+    huge = dict(e.parts, weights=10 * 2**30)  # the broadcast's buffers stop at two buckets
+    facts = planner.plan(c, 2, 1.0, model=str(tiny_flux), accelerator=True).facts
+    assert (
+        estimate._set_up(facts, c, huge, 1, ddp=True)
+        == sum(huge[k] for k in ("rewards", "weights", "ddp buckets", "reference", "ema", "sampler"))
+        + f.encoder_bytes
+        + 2 * 250 * 2**20
+    )
 
 
 def test_gathered_sampling_holds_the_whole_denoiser(tiny_flux):
