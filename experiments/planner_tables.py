@@ -105,9 +105,9 @@ def table(title, module, name, overrides) -> str:
     ests, ckpts = [], []
     for strategy, p in COLUMNS:
         config = load(module, name, p, overrides)
-        ests.append(estimate(facts, config, p, strategy))
+        ests.append(estimate(facts, config, p, strategy, MEMORY))
         config.train.gradient_checkpointing = True
-        ckpts.append(estimate(facts, config, p, strategy))
+        ckpts.append(estimate(facts, config, p, strategy, MEMORY))
     plan = Plan(base.pretrained.model, facts, ests, MEMORY, int(base.train.batch_size), bool(base.train.use_lora))
     lines = [f"**{title}**", "", *(f"- {line}" for line in report.header(plan).splitlines()), ""]
     lines.append("| GiB per process | " + " | ".join(f"{s} × {p}" for s, p in COLUMNS) + " |")
@@ -140,7 +140,7 @@ def margins() -> str:
             facts = model_facts(model_dir(config.pretrained.model), config)
             cells = []
             for strategy in ("ddp", "fsdp"):
-                e = estimate(facts, config, gpus, strategy)
+                e = estimate(facts, config, gpus, strategy, gib * GIB)
                 cells.append((e.peak, e.peak_phase))
             peaks = " | ".join(f"{report.gib(peak)} ({phase})" for peak, phase in cells)
             margin = " | ".join(f"{100 * (1 - peak / (gib * GIB)):+.0f} %" for peak, _ in cells)

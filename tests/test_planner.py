@@ -372,6 +372,13 @@ def test_gathered_sampling_holds_the_whole_denoiser(tiny_flux):
     static = e.parts["weights"] + e.parts["optimizer"] + e.parts["store"] + e.parts["encoders"]
     assert e.sampling_phase == static + f.denoiser_numel * f.compute_itemsize
     assert p.estimate("ddp").sampling_phase == 0
+    # components.gather_fits: the whole denoiser must fit beside what set-up holds, else block by block (no phase)
+    at_set_up = sum(e.parts[k] for k in ("weights", "reference", "ema", "sampler", "encoders", "rewards"))
+    need = at_set_up + f.denoiser_numel * f.compute_itemsize
+    fits = planner.plan(c, 2, (need + 1024) / GIB, model=str(tiny_flux), accelerator=False).estimate("fsdp")
+    assert fits.sampling_phase == e.sampling_phase and not fits.notes
+    short = planner.plan(c, 2, (need - 1024) / GIB, model=str(tiny_flux), accelerator=False).estimate("fsdp")
+    assert short.sampling_phase == 0 and any("block by block" in n for n in short.notes)
 
 
 def test_report_names_the_phases(tiny_flux):

@@ -49,8 +49,9 @@ def plan(config, processes: int = 1, memory_gib: float = 80.0, *, model: str | N
     """The plan of ``config``'s run on ``processes`` processes of ``memory_gib`` GiB each (0 = unknown)."""
     spec = model or config.pretrained.model
     facts = model_facts(model_dir(spec), config, accelerator=accelerator)
-    ests = [estimate(facts, config, processes, s) for s in STRATEGIES]
-    return Plan(spec, facts, ests, int(memory_gib * GIB), int(config.train.batch_size), bool(config.train.use_lora))
+    memory = int(memory_gib * GIB)
+    ests = [estimate(facts, config, processes, s, memory) for s in STRATEGIES]
+    return Plan(spec, facts, ests, memory, int(config.train.batch_size), bool(config.train.use_lora))
 
 
 def startup_line(config, processes: int, model: str, device=None, main: bool = True) -> str | None:

@@ -74,8 +74,11 @@ The peak is the largest of five phases:
                  the whole denoiser all-gathered in the compute dtype for each batch (sharding.gathered) beside the
                  sharded weights and states, the store, the encoders and rewards; no gradients (set to None after
                  each step) nor training activations; with the lagging sampler swapped in, its 4·T/P saved copy.
-                 (The run checks at set-up that the whole denoiser fits the device's free memory then, before the
-                 states, store and EMA exist: this phase is what sampling needs later.)
+                 The run checks at set-up (components.gather_fits) that the whole denoiser fits the device's free
+                 memory then, beside the sharded weights, EMA, sampler, reference, the encoders on the device and
+                 the rewards (the optimizer's states and the store come later: this phase is what sampling needs
+                 then); on devices of known memory where it does not, the run gathers block by block at every
+                 step, and the planner counts no sampling phase (the training phase's "gathered" row covers it).
     swap         under FSDP, a forward with other weights swapped in (weights.swapped: the reference, the forward
                  objectives' old policy, the EMA for evaluation, the lagging sampler for rollouts): the sharded
                  trainable parameters are copied in place, their current values saved first, 4·T/P; the other
@@ -160,8 +163,9 @@ class Estimate:
         return lo
 
 
-def estimate(model, config, processes: int, strategy: str) -> Estimate:
-    """The parts for ``model`` (``plan.ModelFacts``) under ``config`` with ``processes`` processes and ``strategy``."""
+def estimate(model, config, processes: int, strategy: str, memory: int = 0) -> Estimate:
+    """The parts for ``model`` (``plan.ModelFacts``) under ``config`` with ``processes`` processes and ``strategy``
+    on devices of ``memory`` bytes (0 = unknown: gathered sampling is taken to fit)."""
     t, s, d = config.train, config.sample, config.distributed
     p = max(int(processes), 1)
     sharded = strategy == "fsdp" and p > 1
@@ -225,10 +229,16 @@ def estimate(model, config, processes: int, strategy: str) -> Estimate:
     if sharded and not offload and swaps:
         held = {"activations", "overlap"} | ({"gradients"} if out.overlap else set())
         out.swap_phase = sum(v for k, v in out.parts.items() if k not in held) + -(-f32 // p)
-    if sharded and getattr(d, "gather_for_sampling", False):
+    whole = model.denoiser_numel * model.compute_itemsize
+    at_check = sum(out.parts[k] for k in ("weights", "reference", "ema", "sampler", "encoders", "rewards"))
+    if sharded and getattr(d, "gather_for_sampling", False) and memory and at_check + whole > memory:
+        out.notes.append(
+            f"distributed.gather_for_sampling: the whole denoiser ({whole / GIB:.1f} GiB) does not fit beside the "
+            f"{at_check / GIB:.1f} GiB held at set-up; the run samples gathering block by block"
+        )
+    elif sharded and getattr(d, "gather_for_sampling", False):
         held = {"activations", "overlap", "gradients", "fsdp gathered", "fsdp grad in flight"}
-        out.sampling_phase = sum(v for k, v in out.parts.items() if k not in held)
-        out.sampling_phase += model.denoiser_numel * model.compute_itemsize
+        out.sampling_phase = sum(v for k, v in out.parts.items() if k not in held) + whole
         out.sampling_phase += -(-f32 // p) if t.sampler_decay_rate > 0 and not offload else 0
     return out
 
