@@ -79,18 +79,25 @@ def _flow_grpo_flux(
 
 
 def pickscore():
-    """FLUX.1-dev on PickScore: 1152 images / (P × 3 per batch) = 384/P batches per process; 2 optimizer steps."""
+    """FLUX.1-dev on PickScore: 1152 images / (P × 3 per batch) = 384/P batches per process; 2 optimizer steps.
+
+    Hardware: 32 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = _flow_grpo_flux("black-forest-labs/FLUX.1-dev", 3.5, 24, 48 * 24, LORA_TARGETS, "fp32")
     config.reward.fns = {"pickscore": 1.0}
     return config
 
 
 def kontext():
-    """FLUX.1 Kontext-dev on an editing set (rows with source_image and ground_truth): 1008 images per epoch."""
+    """FLUX.1 Kontext-dev on an editing set (rows with source_image and ground_truth): 1008 images per epoch.
+
+    Hardware: 28 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = _flow_grpo_flux(
         "black-forest-labs/FLUX.1-Kontext-dev", 2.5, 21, 48 * 21, (*LORA_TARGETS, "proj_mlp"), "auto"
     )
     config.reward.fns = {"clip_score": 0.5, "ssim": 0.5}
+    config.distributed.strategy = "fsdp"  # Flow-GRPO shards it with DeepSpeed ZeRO-2 (scripts/multi_node/flux_kontext)
     config.prompts.source = "shapes_edit_train"  # replace with your edits (a .jsonl of rows with source_image)
     return config
 

@@ -74,6 +74,8 @@ def _flow_grpo_qwen(
     t.beta = 0.0
     t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
     t.lora_target_modules = LORA_TARGETS
+    config.distributed.strategy = "fsdp"  # Flow-GRPO's Qwen trainers: FSDP FULL_SHARD (scripts/train_qwenimage*.py)
+    t.gradient_checkpointing = True  # with activation checkpointing (its config.activation_checkpointing = True)
     return config
 
 
@@ -83,7 +85,10 @@ def _fast_window(num_steps: int, window: int) -> tuple:
 
 
 def pickscore():
-    """Qwen-Image on PickScore: 512 images / (P × 4 per batch) = 128/P batches per process; 2 optimizer steps."""
+    """Qwen-Image on PickScore: 512 images / (P × 4 per batch) = 128/P batches per process; 2 optimizer steps.
+
+    Hardware: 32 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = _flow_grpo_qwen("Qwen/Qwen-Image", 16, 32 * 16, 1.2, 2, _fast_window(10, 2))
     config.reward.fns = {"pickscore": 1.0}
     return config
@@ -91,7 +96,10 @@ def pickscore():
 
 def edit():
     """Qwen-Image-Edit on an editing set (rows with source_image and ground_truth): 512 images per epoch; steps
-    0 … 8 of 10 stochastic and trained, the last deterministic (Flow-GRPO's window (0, T − 1) without Fast)."""
+    0 … 8 of 10 stochastic and trained, the last deterministic (Flow-GRPO's window (0, T − 1) without Fast).
+
+    Hardware: 32 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = _flow_grpo_qwen("Qwen/Qwen-Image-Edit", 16, 32 * 16, 1.0, 10 - 1, (0, 0))
     config.reward.fns = {"clip_score": 0.8, "ssim": 0.2}
     config.prompts.source = "shapes_edit_train"  # replace with your edits (a .jsonl of rows with source_image)
@@ -100,9 +108,15 @@ def edit():
 
 def edit_plus():
     """Qwen-Image-Edit-2509 (Edit-Plus; rows may give several source images): groups of 4, 128 images per epoch, sources
-    at 512·512 pixels."""
+    at 512·512 pixels.
+
+    Hardware: 2 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = _flow_grpo_qwen("Qwen/Qwen-Image-Edit-2509", 4, 32 * 4, 0.9, 4, _fast_window(10, 4))
     config.sample.source_pixels = 512 * 512  # Flow-GRPO's Edit-Plus sampler: calculate_dimensions(512 * 512, ...)
+    # on its 2 GPUs the whole 20 B denoiser gathered for sampling does not leave 10 % of 80 GiB: gathered per block
+    # and step, as Flow-GRPO's FSDP forward does
+    config.distributed.gather_for_sampling = False
     config.reward.fns = {"clip_score": 0.8, "ssim": 0.2}
     config.prompts.source = "shapes_edit_train"
     return config

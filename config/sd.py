@@ -28,6 +28,7 @@ def compressibility():
     256 images / (P × 8 per batch) = 32/P batches per process = 64 prompts × 4;
     64 images per optimizer step / (P × 4 per minibatch) = 16/P accumulated minibatches
     → 4 optimizer steps per epoch, each over all 50 transitions of its samples.
+    Hardware: 8 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
     """
     config = base_config()
     config.num_epochs = 100
@@ -70,7 +71,10 @@ def compressibility():
 
 
 def incompressibility():
-    """JPEG incompressibility (reward = +size in kB); batch arithmetic as compressibility."""
+    """JPEG incompressibility (reward = +size in kB); batch arithmetic as compressibility.
+
+    Hardware: 8 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = compressibility()
     config.reward.fns = {"jpeg_incompressibility": 1.0}
     return config
@@ -82,6 +86,7 @@ def aesthetic():
     256 images / (P × 8 per batch) = 32/P batches per process = 64 prompts × 4;
     128 images per optimizer step / (P × 4 per minibatch) = 32/P accumulated minibatches
     → 2 optimizer steps per epoch (ddpo-pytorch: this reward is harder, so larger steps).
+    Hardware: 8 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
     """
     config = compressibility()
     config.num_epochs = 200

@@ -169,6 +169,7 @@ def pickscore():
     """PickScore (human-preference) reward.
 
     1152 images / (P × 9 per batch) = 128/P batches per process; 48 prompts × 24; 2 optimizer steps per epoch.
+    Hardware: 32 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
     """
     config = _flow_grpo("pickscore")
     config.train.beta = 0.01  # Flow-GRPO's pickscore_sd3 uses β = 0.01 (0.04 is for GenEval / OCR)
@@ -185,6 +186,7 @@ def pickscore_fast():
     step is one denoiser pass. With beta 0 there is no reference forward either. Groups of 18:
     64 prompts × 18 = 1152 images / (P × 9 per batch) = 128/P batches per process; 2 optimizer steps per
     epoch, each over K = 3 transitions per sample instead of 9.
+    Hardware: 32 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
     """
     config = pickscore()
     s, t = config.sample, config.train

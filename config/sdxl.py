@@ -23,7 +23,10 @@ LATENT_DIMS_1024 = 4 * 128 * 128
 
 
 def aesthetic():
-    """256 images / (P × 4 per batch) = 64/P batches per process; 2 optimizer steps per epoch."""
+    """256 images / (P × 4 per batch) = 64/P batches per process; 2 optimizer steps per epoch.
+
+    Hardware: 8 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = base_config()
     config.num_epochs = 200  # DDPO's aesthetic recipe
     config.mixed_precision = "fp16"

@@ -52,7 +52,10 @@ A14B_LORA_TARGETS = (
 
 
 def t2v():
-    """Wan 2.1 T2V 1.3B: 16 videos per process per epoch (8 per batch × 2), two optimizer steps."""
+    """Wan 2.1 T2V 1.3B: 16 videos per process per epoch (8 per batch × 2), two optimizer steps.
+
+    Hardware: 1 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = base_config()
     config.num_epochs = 100000  # run until stopped by hand (as Flow-GRPO)
     config.save_freq = 60
@@ -74,6 +77,7 @@ def t2v():
     t.use_lora, t.lora_rank, t.lora_alpha = True, 32, 64.0
     t.lora_target_modules = LORA_TARGETS
     t.ema = True
+    t.gradient_checkpointing = True  # train_wan2_1.py: transformer.enable_gradient_checkpointing()
     config.reward.fns = {"redness": 1.0}
     config.reward.frame_reduction = "mean"
     return config
@@ -108,6 +112,10 @@ def _flow_factory_a14b(model: str, num_steps: int, guidance: float, guidance_2, 
     t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
     t.lora_target_modules = A14B_LORA_TARGETS
     t.ema = True
+    # sharded as Flow-Factory shards its Wan 2.2 runs (DeepSpeed ZeRO-2, or FSDP2 as its t2v.yaml advises), the text
+    # encoder off the GPU between uses as its models' off_load_text_encoder: the planner's 80 GiB needs both
+    config.distributed.strategy = "fsdp"
+    s.offload_encoders = True
     # each sample's steps in order (flow_grpo's Wan trainer keeps them so too): a minibatch column then holds one
     # expert's steps on every process (training passes 1.8x faster than shuffled steps on the tiny two-expert Wan, 2 CPU
     # processes: docs/experiments/2026-11-27-wan-grid-guidance-experts.md)
@@ -118,12 +126,18 @@ def _flow_factory_a14b(model: str, num_steps: int, guidance: float, guidance_2, 
 
 
 def t2v_a14b():
-    """Wan 2.2 T2V A14B (two experts, both LoRA'd): 10 steps, guidance 4.0 (3.0 on the low-noise expert)."""
+    """Wan 2.2 T2V A14B (two experts, both LoRA'd): 10 steps, guidance 4.0 (3.0 on the low-noise expert).
+
+    Hardware: 8 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     return _flow_factory_a14b("Wan-AI/Wan2.2-T2V-A14B-Diffusers", 10, 4.0, 3.0, (1, 3), "")
 
 
 def i2v():
-    """Wan 2.2 I2V A14B (two experts, the high-noise one LoRA'd) on rows with a first frame (source_image)."""
+    """Wan 2.2 I2V A14B (two experts, the high-noise one LoRA'd) on rows with a first frame (source_image).
+
+    Hardware: 8 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = _flow_factory_a14b("Wan-AI/Wan2.2-I2V-A14B-Diffusers", 8, 3.5, None, (1, 1), "transformer")
     config.prompts.source = "shapes_edit_train"  # replace with your rows (a .jsonl with source_image)
     return config

@@ -36,7 +36,10 @@ LORA_TARGETS = (
 
 def pickscore():
     """768 images / (P × 8 per batch) = 96/P batches per process; 2 optimizer steps per epoch, each over one trained
-    step per sample."""
+    step per sample.
+
+    Hardware: 8 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
+    """
     config = base_config()
     config.num_epochs = 100000  # run until stopped by hand (Flow-Factory: no max_epochs)
     config.save_freq = 40

@@ -11,14 +11,17 @@ numbers per column: ``python scripts/plan.py --config <recipe> --gpus P --gpu-me
     python experiments/planner_tables.py --margins
 
 Every shipped recipe (every experiment of config/flux.py, qwen_image.py, sd3.py, sdxl.py, sd.py, wan.py, zimage.py
-but the tiny ones) on the hardware ``HARDWARE`` names for it (GPUs of a given memory): the per-GPU peak under DDP
-and FSDP, its phase, and the margin 1 − peak / memory (≥ 10 % is what the recipes promise).
+but the tiny ones) on the hardware its docstring names ("Hardware: 8 × 80 GiB GPUs"): the per-GPU peak under its own
+distributed.strategy, its phase, the margin 1 − peak / memory (≥ ``MARGIN`` = 10 %: tests/test_planner.py checks
+it), and the other strategy's peak beside it.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
+import sys
 
 from ddpo_grpo.planner import GIB, Plan, estimate, model_dir, model_facts, report
 
@@ -67,25 +70,31 @@ SHIPPED = {
     "wan": ("t2v", "t2v_a14b", "i2v"),
     "zimage": ("pickscore",),
 }
-#: (GPUs, GiB per GPU) each recipe is checked on: the GPU count of the run its source published where
-#: docs/recipes.md gives one, 8 otherwise; 80 GiB cards (A100 / H100 / H800 80 GB)
-HARDWARE = {
-    ("sd", "compressibility"): (8, 80),
-    ("sd", "incompressibility"): (8, 80),
-    ("sd", "aesthetic"): (8, 80),
-    ("sdxl", "aesthetic"): (8, 80),
-    ("sd3", "pickscore"): (32, 80),
-    ("sd3", "pickscore_fast"): (32, 80),
-    ("flux", "pickscore"): (32, 80),
-    ("flux", "kontext"): (28, 80),
-    ("qwen_image", "pickscore"): (32, 80),
-    ("qwen_image", "edit"): (32, 80),
-    ("qwen_image", "edit_plus"): (2, 80),
-    ("zimage", "pickscore"): (8, 80),
-    ("wan", "t2v"): (1, 80),
-    ("wan", "t2v_a14b"): (8, 80),
-    ("wan", "i2v"): (8, 80),
-}
+#: what a recipe's docstring says it runs on: "Hardware: <GPUs> × <GiB> GiB" (the GPU count of the run its source
+#: published where docs/recipes.md gives one, 8 otherwise; 80 GiB cards: A100 / H100 / H800 80 GB)
+HARDWARE = re.compile(r"Hardware: (\d+) × (\d+) GiB")
+#: the margin every shipped recipe keeps under its hardware's memory by the planner (1 − peak / memory)
+MARGIN = 0.10
+
+
+def hardware(module: str, name: str) -> tuple[int, int]:
+    """(GPUs, GiB per GPU) of ``config/<module>.py:<name>`` from its docstring; ValueError when it names none."""
+    doc = getattr(importlib.import_module(f"config.{module}"), name).__doc__ or ""
+    found = HARDWARE.search(doc)
+    if not found:
+        raise ValueError(f"config/{module}.py:{name}: its docstring names no 'Hardware: <GPUs> × <GiB> GiB'")
+    return int(found[1]), int(found[2])
+
+
+def recipe_peak(module: str, name: str):
+    """(GPUs, GiB, the recipe's distributed.strategy, its Estimate, the other strategy's Estimate) on its hardware."""
+    gpus, gib = hardware(module, name)
+    config = load(module, name, gpus, {})
+    facts = model_facts(model_dir(config.pretrained.model), config)
+    strategy = config.distributed.strategy
+    other = "ddp" if strategy == "fsdp" else "fsdp"
+    return gpus, gib, strategy, *(estimate(facts, config, gpus, s, gib * GIB) for s in (strategy, other))
+
 
 COLUMNS = (("ddp", 1), ("ddp", 8), ("fsdp", 8), ("ddp", 16), ("fsdp", 16))
 MEMORY = 80 * GIB
@@ -128,32 +137,25 @@ def table(title, module, name, overrides) -> str:
 
 
 def margins() -> str:
-    """The markdown table of every shipped recipe's peak and margin on ``HARDWARE`` (module docstring)."""
+    """The markdown table of every shipped recipe's peak and margin on the hardware its docstring names."""
     lines = [
-        "| recipe | hardware | model | ddp peak (phase) | fsdp peak (phase) | margin ddp | margin fsdp |",
+        "| recipe | hardware | model | strategy | peak GiB (phase) | margin | the other strategy's peak |",
         "|---|---|---|---|---|---|---|",
     ]
     for module, names in SHIPPED.items():
         for name in names:
-            gpus, gib = HARDWARE[(module, name)]
-            config = load(module, name, gpus, {})
-            facts = model_facts(model_dir(config.pretrained.model), config)
-            cells = []
-            for strategy in ("ddp", "fsdp"):
-                e = estimate(facts, config, gpus, strategy, gib * GIB)
-                cells.append((e.peak, e.peak_phase))
-            peaks = " | ".join(f"{report.gib(peak)} ({phase})" for peak, phase in cells)
-            margin = " | ".join(f"{100 * (1 - peak / (gib * GIB)):+.0f} %" for peak, _ in cells)
+            gpus, gib, strategy, e, other = recipe_peak(module, name)
+            model = load(module, name, gpus, {}).pretrained.model
             lines.append(
-                f"| `config/{module}.py:{name}` | {gpus} × {gib} GiB | {config.pretrained.model} | {peaks} | {margin} |"
+                f"| `config/{module}.py:{name}` | {gpus} × {gib} GiB | {model} | {strategy} | {report.gib(e.peak)} "
+                f"({e.peak_phase}) | {100 * (1 - e.peak / (gib * GIB)):+.0f} % | {other.strategy}: "
+                f"{report.gib(other.peak)} ({other.peak_phase}) |"
             )
-            print(lines[-1], flush=True)
+            print(lines[-1], file=sys.stderr, flush=True)
     return "\n".join(lines)
 
 
 def main() -> None:
-    import sys
-
     if "--margins" in sys.argv[1:]:
         print(margins())
         return

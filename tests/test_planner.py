@@ -11,6 +11,7 @@ from ddpo_grpo import planner
 from ddpo_grpo.planner import activations, blocks, meta, sources
 from ddpo_grpo.planner.estimate import GIB
 from ddpo_grpo.planner.report import largest
+from experiments import planner_tables
 from tests.conftest import load_script
 
 #: published sizes (elements of the transformer's parameters and persistent buffers; the model cards' figures, to the
@@ -434,3 +435,17 @@ def test_unet_counted_whole_equals_the_real_saved_tensors(tmp_path):
     c = get_config()
     c.sample.resolution = 32
     assert "not modelled" not in planner.startup_line(c, 1, str(tmp_path / "sd"))
+
+
+@pytest.mark.parametrize("recipe", [f"{m}:{n}" for m, names in planner_tables.SHIPPED.items() for n in names])
+def test_shipped_recipe_fits_its_hardware_with_margin(recipe, monkeypatch):
+    """Every shipped recipe names its hardware in its docstring ("Hardware: 8 × 80 GiB GPUs"), and the planner's peak
+    for it under its own distributed.strategy, loaded for that many processes, leaves ≥ 10 % of the memory free."""
+    monkeypatch.setenv("WORLD_SIZE", "1")  # (restored after: the tables load each recipe under WORLD_SIZE = GPUs)
+    module, name = recipe.split(":")
+    gpus, gib, strategy, e, _ = planner_tables.recipe_peak(module, name)
+    margin = 1 - e.peak / (gib * GIB)
+    assert margin >= planner_tables.MARGIN, (
+        f"config/{module}.py:{name} on {gpus} × {gib} GiB ({strategy}): peak {e.peak / GIB:.1f} GiB in the "
+        f"{e.peak_phase} phase, margin {100 * margin:.0f} % < {100 * planner_tables.MARGIN:.0f} %"
+    )
