@@ -283,7 +283,8 @@ def describe(pt: Point) -> str:
 
 def table(results: Path) -> str:
     """The markdown table of a results file: per point the predicted and measured peaks (the point's, and the
-    set-up's under FSDP), the errors, the phase the prediction peaks in."""
+    set-up's on 2 processes: one process's set-up maps its weights untouched), the errors, the phase the
+    prediction peaks in."""
 
     def gib(xs):
         return ", ".join(f"{x:.2f}" for x in xs)
@@ -297,7 +298,7 @@ def table(results: Path) -> str:
         r = json.loads(line)
         pt = Point(**r["setting"]) if isinstance(r["setting"], dict) else Point(*r["setting"])
         setup = "—", "—"
-        if pt.strategy == "fsdp" and pt.processes > 1:
+        if pt.processes > 1:
             setup = (
                 f"{r['setup_predicted_gib']:.2f}, {gib(r['setup_measured_gib'])}",
                 f"{r['setup_error_pct']:+.1f} %",
@@ -331,7 +332,9 @@ def main() -> None:
             gib = 2**30
             epoch = [x * gib for x in row["epoch_measured_gib"]]
             setup = [x * gib for x in row["setup_measured_gib"]]
-            print(json.dumps(_row(row["point"], epoch, setup, predict(row["point"], args.logdir), row["seconds"])))
+            new = _row(row["point"], epoch, setup, predict(row["point"], args.logdir), row["seconds"])
+            new.update({k: row[k] for k in ("rss_gib", "measured") if k in row})  # (what the run recorded)
+            print(json.dumps(new))
         return
     names = list(POINTS) if args.points == "all" else args.points.split(",")
     for name in names:

@@ -344,8 +344,9 @@ def test_ddp_set_up_broadcasts_and_copies_out_of_the_file(tiny_flux):
     held = gpu.parts["weights"] + gpu.parts["ddp buckets"] + f.encoder_bytes + gpu.parts["rewards"]
     assert gpu.load_phase == held + gpu.parts["weights"]
     read = e.parts["weights"] - 4 * f.lora_numel
-    assert e.load_phase == max(held + e.parts["weights"], e.parts["rewards"] + 2 * (f.encoder_bytes + read))
-    assert e.load_phase > held + e.parts["weights"]
+    untouched = held - e.parts["ddp buckets"]  # on CPU the buckets' pages are resident only once a backward fills them
+    assert e.load_phase == max(untouched + e.parts["weights"], e.parts["rewards"] + 2 * (f.encoder_bytes + read))
+    assert e.load_phase > untouched + e.parts["weights"]
     one = planner.plan(c, 1, 1.0, model=str(tiny_flux), accelerator=False).estimate("ddp")
     assert one.load_phase == one.parts["weights"] + f.encoder_bytes + one.parts["rewards"]
     huge = dict(e.parts, weights=10 * 2**30)  # the broadcast's buffers stop at two buckets

@@ -69,7 +69,8 @@ The peak is the largest of five phases:
                  reads and which stays mapped until the last tensor of the file is replaced: 2 × (the encoders +
                  the denoiser as read, before LoRA) beside the rewards (2.10 GiB measured for 1.06 GiB of weights).
                  One CPU process moves nothing (its device is "cpu"); on a GPU that copy is the host-to-device
-                 move, on the host.
+                 move, on the host. The buckets DDP allocates count on a GPU at once; on CPU processes their pages
+                 are untouched, not resident, until the first backward fills them (the training phase).
     sampling     under FSDP with distributed.gather_for_sampling (when present in the config): the rollouts hold
                  the whole denoiser all-gathered in the compute dtype for each batch (sharding.gathered) beside the
                  sharded weights and states, the store, the encoders and rewards; no gradients (set to None after
@@ -249,7 +250,8 @@ def _set_up(model, config, parts: dict, shards: int, ddp: bool = False) -> int:
     t = config.train
     encoders = model.encoder_bytes  # all on the device before the offloaded ones go back to the host
     shadows = parts["reference"] + parts["ema"] + parts["sampler"]
-    device = parts["rewards"] + encoders + parts["weights"] + parts.get("ddp buckets", 0) + shadows
+    buckets = parts.get("ddp buckets", 0) if model.on_accelerator else 0  # (CPU: untouched until the first backward)
+    device = parts["rewards"] + encoders + parts["weights"] + buckets + shadows
     if shards > 1 and not model.on_accelerator:  # CPU processes: the host's read is the device's memory
         read_itemsize = model.weight_itemsize if t.use_lora else 4  # the trained denoiser is read in float32
         device += 2 * -(-model.largest_tensor // shards) * read_itemsize + (4 * model.lora_numel if t.use_lora else 0)
