@@ -2,6 +2,7 @@
 
     python experiments/planner_validation.py --points all          # every point, one after the other
     python experiments/planner_validation.py --points lora_b2      # one point (a name of POINTS)
+    python experiments/planner_validation.py --table docs/experiments/2026-11-27-planner-validation.jsonl
 
 A FLUX.1-architecture transformer of a few hundred million random parameters (FluxTransformer2DModel from its
 config: d = 1024, 4 double- and 8 single-stream blocks, 277 M parameters; the tiny CLIP / T5 / VAE of
@@ -291,8 +292,8 @@ def table(results: Path) -> str:
 
     lines = [
         "| point | processes, strategy | run | predicted peak GiB (phase) | measured GiB | error | set-up: predicted, "
-        "measured GiB | error |",
-        "|---|---|---|---|---|---|---|---|",
+        "measured GiB | error | measured on |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for line in results.read_text().splitlines():
         r = json.loads(line)
@@ -305,7 +306,8 @@ def table(results: Path) -> str:
             )
         lines.append(
             f"| `{r['point']}` | {pt.processes} × {pt.strategy} | {describe(pt)} | {r['predicted_gib']:.2f} "
-            f"({r['predicted_phase']}) | {gib(r['measured_gib'])} | {r['error_pct']:+.1f} % | {setup[0]} | {setup[1]} |"
+            f"({r['predicted_phase']}) | {gib(r['measured_gib'])} | {r['error_pct']:+.1f} % | {setup[0]} | {setup[1]} | "
+            f"{r.get('measured', '')[:10]} |"
         )
     return "\n".join(lines)
 
