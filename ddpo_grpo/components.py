@@ -191,10 +191,16 @@ def build_policy_for(config, acc):
 def load_dtypes(config, trained) -> dict:
     """What each component is read from its files in (``load_pipeline``'s per-component torch_dtype): the weight
     dtype of ``mixed_precision``, the trained components (``trained``) in float32 for full fine-tuning, whose
-    weights all train."""
+    weights all train, and the VAE in the dtype it will run in, so that a float32 VAE holds the checkpoint's
+    weights, not their 16-bit rounding: ``sample.vae_dtype`` when set; under "auto" float32 when the weights are
+    float16 (the rule ``Policy.vae_dtype`` applies once the pipeline is known may upcast it; the cast down to float16
+    otherwise is the rounding a float16 read makes), else the weight dtype (the rule keeps it)."""
+    from ddpo_grpo.policies.base import VAE_DTYPES
+
     weight = WEIGHT_DTYPES[config.mixed_precision]
     denoiser = weight if config.train.use_lora else torch.float32
-    return {"default": weight, **dict.fromkeys(trained, denoiser)}
+    vae = VAE_DTYPES[config.sample.vae_dtype] or (torch.float32 if weight == torch.float16 else weight)
+    return {"default": weight, "vae": vae, **dict.fromkeys(trained, denoiser)}
 
 
 def empty_denoisers(config, acc, path: str, trained, dtypes) -> dict:

@@ -303,14 +303,15 @@ LEARNING_RUN = {
 
 #: the families whose tiny pipeline the learning check moves by ≥ 3 σ in 10 epochs (measured, seeded, deterministic on
 #: CPU); on the others the random AutoencoderKL decoders hide a mean colour from the latent: an expected failure
-#: (docs/experiments/2026-11-25-model-families.md), which any other exception than the assertion still fails
+#: (docs/experiments/2026-11-25-model-families.md), which any other exception than the assertion still fails. Z-Image
+#: (an AutoencoderKL too) is one: its run climbs towards +8 σ and collapses, ending at +0.5 σ with seed 42 and between
+#: −1.6 and +7.7 σ over seeds 0–7 (docs/models.md)
 LEARNS = (
     "DenoiserPipeline",  # (its reward: the mean of the decoded features, tests/kit_rewards.py)
     "QwenImagePipeline",
     "QwenImageEditPipeline",
     "QwenImageEditPlusPipeline",
     "WanImageToVideoPipeline",
-    "ZImagePipeline",
 )
 NOT_LEARNED = pytest.mark.xfail(
     raises=AssertionError,

@@ -131,8 +131,10 @@ def test_schedulers_and_tokenizer_configs_load():
 
 
 def test_hub_ids_map_to_directories_named_in_the_readme():
-    assert set(sources.HUB_IDS.values()) == set(DIRS)
-    for hub_id, name in sources.HUB_IDS.items():
+    from ddpo_grpo.policies.family import hub_ids
+
+    assert set(hub_ids().values()) == set(DIRS)
+    for hub_id, name in hub_ids().items():
         assert (ROOT / name / "model_index.json").is_file()
         heading = next(line for line in README.splitlines() if line.startswith("### ") and f" {name} " in line + " ")
         assert f"`{hub_id}`" in heading, (hub_id, heading)

@@ -65,33 +65,41 @@ def _max_diff(a: dict, b: dict) -> float:
 FULL = ("--config.train.use_lora=False", "--config.train.learning_rate=1e-4")
 
 
-def test_fsdp_full_finetune_matches_ddp_resumes_exactly_and_exports_one_pipeline(sd3, tmp_path):
+def test_fsdp_full_finetune_matches_ddp_and_exports_one_pipeline(sd3, tmp_path):
     """One epoch (two AdamW steps): the sharded update equals the unsharded one within 1 % of its size. (Over more
     epochs the runs draw different samples once a reward as discontinuous as JPEG size flips on a rounding-level
-    difference, and then they part: docs/scaling.md.) Two epochs stopped after the first and resumed: bit-identical."""
+    difference, and then they part: docs/scaling.md.) The sharded checkpoint is written by both processes, and the
+    consolidated final/ is a pipeline plain diffusers loads with the trained weights."""
     import diffusers
 
     logs = tmp_path / "logs"
-    fsdp = ("--config.distributed.strategy=fsdp", *FULL)
     _two(_args(sd3, logs, "ddp", 1, *FULL), tmp_path)
-    _two(_args(sd3, logs, "fsdp", 1, *fsdp), tmp_path)
-    _two(_args(sd3, logs, "straight", 2, *fsdp), tmp_path)
-    proc = _two(_args(sd3, logs, "resumed", 2, *fsdp, f"--config.resume_from={logs / 'fsdp'}"), tmp_path)
-    assert "resumed from" in proc.stdout and "epoch_000000" in proc.stdout
-
+    _two(_args(sd3, logs, "fsdp", 1, "--config.distributed.strategy=fsdp", *FULL), tmp_path)
     base = load_file(str(Path(sd3) / TRANSFORMER))
     sharded, whole = (load_file(str(logs / n / "final" / TRANSFORMER)) for n in ("fsdp", "ddp"))
     moved = _max_diff(whole, base)
     assert moved > 1e-5 and _max_diff(sharded, whole) / moved < 0.01  # the same update, sharded or not
-    straight, resumed = (load_file(str(logs / n / "final" / TRANSFORMER)) for n in ("straight", "resumed"))
-    assert all(torch.equal(straight[k], resumed[k]) for k in straight)  # stopped after epoch 1, resumed: exact
-    ckpt = logs / "straight" / "checkpoints" / "epoch_000001"
+    ckpt = logs / "fsdp" / "checkpoints" / "epoch_000000"
     state = json.loads((ckpt / "state.json").read_text())
     assert state["sharded"] and state["world_size"] == 2 and (ckpt / "rng_rank1.json").is_file()
-    assert all(r["train/logp_mismatch"] <= 1e-4 for r in _rows(logs / "straight"))
-    final = str(logs / "straight" / "final")
-    pipe = diffusers.StableDiffusion3Pipeline.from_pretrained(final, text_encoder_3=None, tokenizer_3=None)
-    assert all(torch.equal(pipe.transformer.state_dict()[k].float(), straight[k].float()) for k in straight)
+    assert all(r["train/logp_mismatch"] <= 1e-4 for r in _rows(logs / "fsdp"))
+    pipe = diffusers.StableDiffusion3Pipeline.from_pretrained(
+        str(logs / "fsdp" / "final"), text_encoder_3=None, tokenizer_3=None
+    )
+    assert all(torch.equal(pipe.transformer.state_dict()[k].float(), sharded[k].float()) for k in sharded)
+
+
+@pytest.mark.slow  # two more launches (the kill-and-resume test resumes a sharded LoRA run exactly, also slow)
+def test_fsdp_full_finetune_resumes_exactly(sd3, tmp_path):
+    """Two epochs stopped after the first and resumed: bit-identical to the straight run."""
+    logs = tmp_path / "logs"
+    fsdp = ("--config.distributed.strategy=fsdp", *FULL)
+    _two(_args(sd3, logs, "first", 1, *fsdp), tmp_path)
+    _two(_args(sd3, logs, "straight", 2, *fsdp), tmp_path)
+    proc = _two(_args(sd3, logs, "resumed", 2, *fsdp, f"--config.resume_from={logs / 'first'}"), tmp_path)
+    assert "resumed from" in proc.stdout and "epoch_000000" in proc.stdout
+    straight, resumed = (load_file(str(logs / n / "final" / TRANSFORMER)) for n in ("straight", "resumed"))
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
 
 
 @pytest.mark.slow  # two more launches; run and reported in docs/scaling.md
@@ -137,7 +145,7 @@ def test_two_nodes_on_localhost(sd3, tmp_path):
     logs = tmp_path / "logs"
     launch = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_id", "two-nodes"]
     launch += ["--rdzv_endpoint", f"127.0.0.1:{_free_port()}"]
-    args = _args(sd3, logs, "nodes", 2, "--config.distributed.strategy=fsdp")
+    args = _args(sd3, logs, "nodes", 1, "--config.distributed.strategy=fsdp")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", *launch, *args]
     nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)]
@@ -147,7 +155,7 @@ def test_two_nodes_on_localhost(sd3, tmp_path):
     outs = [n.communicate(timeout=600) for n in nodes]
     assert all(n.returncode == 0 for n in nodes), [o[1][-2000:] for o in outs]
     assert sum("num_processes: 2" in o[0] for o in outs) == 1  # one main process, on one of the nodes
-    assert [r["epoch"] for r in _rows(logs / "nodes")] == [0, 1]
+    assert [r["epoch"] for r in _rows(logs / "nodes")] == [0]
     assert (logs / "nodes" / "final" / "pytorch_lora_weights.safetensors").is_file()
 
 

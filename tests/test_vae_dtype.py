@@ -132,3 +132,22 @@ def test_bad_vae_dtype_is_refused_in_one_line(sdxl):
         validate(config)
     with pytest.raises(ValueError, match=r"sample\.vae_dtype='float32'"):
         build_policy(sdxl(overflow=False), resolution=32, vae_dtype="float32")
+
+
+@pytest.mark.parametrize("mixed_precision,vae_dtype", [("bf16", "fp32"), ("fp16", "auto")])
+def test_a_float32_vae_holds_the_checkpoints_weights(sdxl, tmp_path, mixed_precision, vae_dtype):
+    """A run whose VAE runs in float32 reads it in float32: its weights are the checkpoint's, bit for bit, not their
+    rounding to the run's 16-bit weight dtype (before, every component was read in the weight dtype and the VAE cast
+    up afterwards)."""
+    from safetensors.torch import load_file
+
+    sdxl(overflow=False).save_pretrained(tmp_path / "pipe")
+    config = _config(mixed_precision, vae_dtype)
+    config.pretrained.model = str(tmp_path / "pipe")
+    acc = SimpleNamespace(device=torch.device("cpu"), num_processes=1, is_main_process=True)
+    policy, _ = components.build_policy_for(config, acc)
+    components.build_weights(config, policy, acc)
+    stored = load_file(str(tmp_path / "pipe" / "vae" / "diffusion_pytorch_model.safetensors"))
+    state = policy.pipeline.vae.state_dict()
+    assert policy.pipeline.vae.dtype == torch.float32 and stored.keys() <= state.keys()
+    assert all(torch.equal(state[k], stored[k]) for k in stored if stored[k].is_floating_point())

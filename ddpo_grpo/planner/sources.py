@@ -1,5 +1,6 @@
 """Where the planner reads a model's configs: a pipeline directory with ``model_index.json``, or a hub id mapped to
-the component configs shipped under ``config/model_configs/`` (JSON only, no weights: the planner works offline).
+the component configs shipped under ``config/model_configs/`` (JSON only, no weights: the planner works offline; each
+family's ``Checkpoint`` names its hub ids, ``ddpo_grpo.policies.family.hub_ids``).
 
 ``model_dir(spec)`` resolves ``pretrained.model`` (or ``--model``); ``components(directory)`` lists the pipeline's
 modules as (name, library, class) from its ``model_index.json``. Tokenizers and schedulers hold no weights and are
@@ -12,30 +13,10 @@ import json
 from pathlib import Path
 
 from ddpo_grpo.errors import ConfigError
+from ddpo_grpo.policies.family import MODEL_CONFIGS, hub_ids
 
 #: config/model_configs/ (the shipped component configs)
-SHIPPED = Path(__file__).resolve().parents[2] / "config" / "model_configs"
-
-#: hub id -> shipped directory name (the recipes under config/ point at these ids; each directory's sources:
-#: config/model_configs/README.md)
-HUB_IDS = {
-    "stable-diffusion-v1-5/stable-diffusion-v1-5": "sd1.5",
-    "runwayml/stable-diffusion-v1-5": "sd1.5",
-    "stabilityai/stable-diffusion-xl-base-1.0": "sdxl-base-1.0",
-    "stabilityai/stable-diffusion-3.5-medium": "sd3.5-medium",
-    "black-forest-labs/FLUX.1-dev": "flux1-dev",
-    "black-forest-labs/FLUX.1-schnell": "flux1-schnell",
-    "black-forest-labs/FLUX.1-Kontext-dev": "flux1-kontext-dev",
-    "Qwen/Qwen-Image": "qwen-image",
-    "Qwen/Qwen-Image-Edit": "qwen-image-edit",
-    "Qwen/Qwen-Image-Edit-2509": "qwen-image-edit-2509",
-    "Tongyi-MAI/Z-Image-Turbo": "z-image-turbo",
-    "Wan-AI/Wan2.1-T2V-14B-Diffusers": "wan2.1-t2v-14b",
-    "Wan-AI/Wan2.1-T2V-1.3B-Diffusers": "wan2.1-t2v-1.3b",
-    "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers": "wan2.1-i2v-14b-480p",
-    "Wan-AI/Wan2.2-T2V-A14B-Diffusers": "wan2.2-t2v-a14b",
-    "Wan-AI/Wan2.2-I2V-A14B-Diffusers": "wan2.2-i2v-a14b",
-}
+SHIPPED = MODEL_CONFIGS
 
 #: components without weights
 WEIGHTLESS = ("tokenizer", "scheduler", "feature_extractor", "image_processor", "processor")
@@ -48,13 +29,13 @@ def model_dir(spec: str) -> Path:
     path = Path(spec).expanduser()
     if (path / "model_index.json").is_file():
         return path
-    name = HUB_IDS.get(spec, spec)
+    known = hub_ids()
+    name = known.get(spec, spec)
     if (SHIPPED / name / "model_index.json").is_file():
         return SHIPPED / name
-    known = ", ".join(sorted(HUB_IDS))
     raise ConfigError(
         f"pretrained.model={spec!r}: no model_index.json there and no shipped configs for it; give a pipeline "
-        f"directory (its JSON configs suffice, no weights needed) or one of {known}"
+        f"directory (its JSON configs suffice, no weights needed) or one of {', '.join(sorted(known))}"
     )
 
 

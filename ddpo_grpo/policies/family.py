@@ -41,10 +41,13 @@ class Checkpoint:
         or ``scheduler_config.json`` per component, as the hub repository has them).
     recipe: "config.<module>:<experiment>", the recipe that trains it: the kit's real-config mode runs in its
         ``mixed_precision`` and text length (``sample.max_sequence_length``).
+    hub_ids: the hub repositories these configs are (``pretrained.model`` values the planner reads them for,
+        offline; ``hub_ids()``).
     """
 
     directory: str
     recipe: str
+    hub_ids: tuple[str, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -159,6 +162,11 @@ def families() -> dict[str, FamilySpec]:
     if _CACHE is None:
         _CACHE = dict(sorted(_discover().items()))
     return _CACHE
+
+
+def hub_ids() -> dict[str, str]:
+    """Hub id -> its checkpoint's directory under ``config/model_configs/``, from every family's checkpoints."""
+    return {hub: c.directory for spec in families().values() for c in spec.checkpoints for hub in c.hub_ids}
 
 
 def by_name(name: str) -> FamilySpec:

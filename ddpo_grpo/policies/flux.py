@@ -160,8 +160,10 @@ SPEC = FamilySpec(
     adapter=FluxPolicy,
     tiny="ddpo_grpo.tiny.flux:build_tiny_flux",
     checkpoints=(
-        Checkpoint("flux1-dev", recipe="config.flux:pickscore"),
-        Checkpoint("flux1-schnell", recipe="config.flux:pickscore"),  # (no schnell recipe: the family's)
+        Checkpoint("flux1-dev", recipe="config.flux:pickscore", hub_ids=("black-forest-labs/FLUX.1-dev",)),
+        Checkpoint(
+            "flux1-schnell", recipe="config.flux:pickscore", hub_ids=("black-forest-labs/FLUX.1-schnell",)
+        ),  # (no schnell recipe: the family's)
     ),
     real_cut=real_cut,
     geometry="flux",

@@ -73,7 +73,11 @@ SPEC = FamilySpec(
     pipeline="FluxKontextPipeline",
     adapter=KontextPolicy,
     tiny="ddpo_grpo.tiny.flux:build_tiny_kontext",
-    checkpoints=(Checkpoint("flux1-kontext-dev", recipe="config.flux:kontext"),),
+    checkpoints=(
+        Checkpoint(
+            "flux1-kontext-dev", recipe="config.flux:kontext", hub_ids=("black-forest-labs/FLUX.1-Kontext-dev",)
+        ),
+    ),
     real_cut=real_cut,
     geometry="flux",
     source_tokens=True,

@@ -184,7 +184,7 @@ SPEC = FamilySpec(
     pipeline="QwenImagePipeline",
     adapter=QwenImagePolicy,
     tiny="ddpo_grpo.tiny.qwen:build_tiny_qwen_image",
-    checkpoints=(Checkpoint("qwen-image", recipe="config.qwen_image:pickscore"),),
+    checkpoints=(Checkpoint("qwen-image", recipe="config.qwen_image:pickscore", hub_ids=("Qwen/Qwen-Image",)),),
     real_cut=real_cut,
     geometry="qwen",
 )

@@ -176,7 +176,9 @@ SPECS = (
         pipeline="QwenImageEditPipeline",
         adapter=QwenImageEditPolicy,
         tiny="ddpo_grpo.tiny.qwen:build_tiny_qwen_image_edit",
-        checkpoints=(Checkpoint("qwen-image-edit", recipe="config.qwen_image:edit"),),
+        checkpoints=(
+            Checkpoint("qwen-image-edit", recipe="config.qwen_image:edit", hub_ids=("Qwen/Qwen-Image-Edit",)),
+        ),
         real_cut=real_cut,
         geometry="qwen",
         source_tokens=True,
@@ -186,7 +188,11 @@ SPECS = (
         pipeline="QwenImageEditPlusPipeline",
         adapter=QwenImageEditPlusPolicy,
         tiny="ddpo_grpo.tiny.qwen:build_tiny_qwen_image_edit_plus",
-        checkpoints=(Checkpoint("qwen-image-edit-2509", recipe="config.qwen_image:edit_plus"),),
+        checkpoints=(
+            Checkpoint(
+                "qwen-image-edit-2509", recipe="config.qwen_image:edit_plus", hub_ids=("Qwen/Qwen-Image-Edit-2509",)
+            ),
+        ),
         real_cut=real_cut,
         geometry="qwen",
         source_tokens=True,

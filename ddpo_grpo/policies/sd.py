@@ -75,6 +75,12 @@ SPEC = FamilySpec(
     pipeline="StableDiffusionPipeline",
     adapter=SDPolicy,
     tiny="ddpo_grpo.tiny.sd:build_tiny_sd",
-    checkpoints=(Checkpoint("sd1.5", recipe="config.sd:compressibility"),),
+    checkpoints=(
+        Checkpoint(
+            "sd1.5",
+            recipe="config.sd:compressibility",
+            hub_ids=("stable-diffusion-v1-5/stable-diffusion-v1-5", "runwayml/stable-diffusion-v1-5"),
+        ),
+    ),
     real_cut=real_cut,
 )

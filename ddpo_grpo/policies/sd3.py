@@ -85,7 +85,9 @@ SPEC = FamilySpec(
     pipeline="StableDiffusion3Pipeline",
     adapter=SD3Policy,
     tiny="ddpo_grpo.tiny.sd:build_tiny_sd3",
-    checkpoints=(Checkpoint("sd3.5-medium", recipe="config.sd3:pickscore"),),
+    checkpoints=(
+        Checkpoint("sd3.5-medium", recipe="config.sd3:pickscore", hub_ids=("stabilityai/stable-diffusion-3.5-medium",)),
+    ),
     real_cut=real_cut,
     geometry="sd3",
 )

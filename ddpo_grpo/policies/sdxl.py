@@ -102,6 +102,10 @@ SPEC = FamilySpec(
     pipeline="StableDiffusionXLPipeline",
     adapter=SDXLPolicy,
     tiny="ddpo_grpo.tiny.sdxl:build_tiny_sdxl",
-    checkpoints=(Checkpoint("sdxl-base-1.0", recipe="config.sdxl:aesthetic"),),
+    checkpoints=(
+        Checkpoint(
+            "sdxl-base-1.0", recipe="config.sdxl:aesthetic", hub_ids=("stabilityai/stable-diffusion-xl-base-1.0",)
+        ),
+    ),
     real_cut=real_cut,
 )

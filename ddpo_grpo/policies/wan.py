@@ -434,9 +434,9 @@ SPEC = FamilySpec(
     adapter=WanPolicy,
     tiny="ddpo_grpo.tiny.wan:build_tiny_wan",
     checkpoints=(
-        Checkpoint("wan2.1-t2v-1.3b", recipe="config.wan:t2v"),
-        Checkpoint("wan2.1-t2v-14b", recipe="config.wan:t2v"),
-        Checkpoint("wan2.2-t2v-a14b", recipe="config.wan:t2v"),
+        Checkpoint("wan2.1-t2v-1.3b", recipe="config.wan:t2v", hub_ids=("Wan-AI/Wan2.1-T2V-1.3B-Diffusers",)),
+        Checkpoint("wan2.1-t2v-14b", recipe="config.wan:t2v", hub_ids=("Wan-AI/Wan2.1-T2V-14B-Diffusers",)),
+        Checkpoint("wan2.2-t2v-a14b", recipe="config.wan:t2v_a14b", hub_ids=("Wan-AI/Wan2.2-T2V-A14B-Diffusers",)),
     ),
     real_cut=real_cut,
     geometry="wan",

@@ -87,8 +87,8 @@ SPEC = FamilySpec(
     adapter=WanI2VPolicy,
     tiny="ddpo_grpo.tiny.wan:build_tiny_wan_i2v",
     checkpoints=(
-        Checkpoint("wan2.1-i2v-14b-480p", recipe="config.wan:i2v"),
-        Checkpoint("wan2.2-i2v-a14b", recipe="config.wan:i2v"),
+        Checkpoint("wan2.1-i2v-14b-480p", recipe="config.wan:i2v", hub_ids=("Wan-AI/Wan2.1-I2V-14B-480P-Diffusers",)),
+        Checkpoint("wan2.2-i2v-a14b", recipe="config.wan:i2v", hub_ids=("Wan-AI/Wan2.2-I2V-A14B-Diffusers",)),
     ),
     real_cut=real_cut,
     geometry="wan",

@@ -128,6 +128,6 @@ SPEC = FamilySpec(
     pipeline="ZImagePipeline",
     adapter=ZImagePolicy,
     tiny="ddpo_grpo.tiny.zimage:build_tiny_zimage",
-    checkpoints=(Checkpoint("z-image-turbo", recipe="config.zimage:pickscore"),),
+    checkpoints=(Checkpoint("z-image-turbo", recipe="config.zimage:pickscore", hub_ids=("Tongyi-MAI/Z-Image-Turbo",)),),
     real_cut=real_cut,
 )
