@@ -450,3 +450,15 @@ def test_shipped_recipe_fits_its_hardware_with_margin(recipe, monkeypatch):
         f"config/{module}.py:{name} on {gpus} × {gib} GiB ({strategy}): peak {e.peak / GIB:.1f} GiB in the "
         f"{e.peak_phase} phase, margin {100 * margin:.0f} % < {100 * planner_tables.MARGIN:.0f} %"
     )
+
+
+def test_the_vae_is_counted_in_the_dtype_the_run_keeps_it_in(tiny_flux):
+    """sample.vae_dtype: a bf16 run keeping its VAE in float32 (the FLUX, SD3, Qwen and Wan recipes) holds 4 bytes per
+    VAE element, not the weight dtype's 2 (components.load_dtypes reads it so)."""
+    c = _config()
+    c.mixed_precision = "bf16"
+    c.sample.vae_dtype = "bf16"
+    low = planner.plan(c, 1, 1.0, model=str(tiny_flux), accelerator=True).facts
+    c.sample.vae_dtype = "fp32"
+    high = planner.plan(c, 1, 1.0, model=str(tiny_flux), accelerator=True).facts
+    assert high.encoder_bytes - low.encoder_bytes == 2 * high.encoders["vae"][1] > 0

@@ -37,7 +37,8 @@ b = train.batch_size:
     store        the epoch's rollouts kept on the device: per sample (T_s + 1) latents in sample.store_dtype, the
                  text condition (× 2 with CFG: the negative prompt's too) in the weight dtype, the decoded sample
                  in float32; sample.batch_size × sample.num_batches_per_epoch samples per process
-    encoders     the text encoders and VAE in the weight dtype; with sample.offload_encoders they are on the device
+    encoders     the text encoders in the weight dtype and the VAE in its own (sample.vae_dtype, facts._vae_dtype);
+                 with sample.offload_encoders they are on the device
                  only while encoding / decoding (0 in the training phase, which is then compared with the encoding
                  phase: weights + states + store + encoders)
     rewards      the reward models every process builds for the whole run (reward.fns, and the eval.reward scorers

@@ -16,7 +16,9 @@ them). The reward models come from ``rewards.py``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -74,6 +76,29 @@ def _adapter_defaults(pipeline_class: str) -> tuple[tuple[str, ...], tuple[str, 
     return tuple(getattr(cls, "shard_blocks", ())), tuple(getattr(cls, "default_lora_targets", ()))
 
 
+def _vae_dtype(config, pipeline_class: str, directory: Path) -> torch.dtype:
+    """The dtype the run keeps the VAE in (``policies.base.PolicyAdapter.vae_dtype``): sample.vae_dtype when set;
+    "auto": float32 for a float16 run whose VAE config says force_upcast in a family that upcasts it (SDXL), else
+    the weight dtype."""
+    from ddpo_grpo.policies import ADAPTERS
+    from ddpo_grpo.policies.base import VAE_DTYPES
+
+    chosen = VAE_DTYPES[config.sample.vae_dtype]
+    if chosen is not None:
+        return chosen
+    weight = WEIGHT_DTYPES[config.mixed_precision]
+    target = ADAPTERS.get(pipeline_class)
+    upcasts = False
+    if target is not None:
+        import importlib
+
+        module, name = target.split(":")
+        upcasts = bool(getattr(getattr(importlib.import_module(module), name), "upcasts_vae", False))
+    vae_config = directory / "vae" / "config.json"
+    force = vae_config.is_file() and bool(json.loads(vae_config.read_text()).get("force_upcast", False))
+    return torch.float32 if weight == torch.float16 and upcasts and force else weight
+
+
 def _cast(module: torch.nn.Module, dtype: torch.dtype) -> None:
     """``module.to(dtype)`` without diffusers' advice on keeping some modules in float32 (meta tensors, no weights)."""
     from diffusers.utils import logging
@@ -115,8 +140,6 @@ def trained_denoisers(config, names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
-    import json
-    from pathlib import Path
 
     from ddpo_grpo.sharding import blocks_of
 
@@ -139,7 +162,7 @@ def model_facts(directory, config, accelerator: bool = True) -> ModelFacts:
             denoisers[name] = module
             continue
         encoders[name] = (cls, meta.numel(module))
-        encoder_bytes += meta.nbytes(module, weight_dtype)
+        encoder_bytes += meta.nbytes(module, _vae_dtype(config, pipeline, directory) if name == "vae" else weight_dtype)
         del module
     targets = tuple(t.lora_target_modules) or lora_defaults
     lora, blocks, counted, trainable_sizes = 0, [], [], []
