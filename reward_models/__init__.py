@@ -6,6 +6,8 @@ Importing this package registers the built-in rewards (cheap: no model weights).
 """
 
 from . import aesthetic, clip_score, color, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
+from ._clip_backbones import resolve_dtype
+from .aesthetic import AestheticMLP
 from .contract import RewardFactory, RewardFn, coerce_scores, per_sample_entries, to_pil, to_uint8
 from .registry import REGISTRY, MultiReward, build_reward, check_reward_spec, load_reward, register
 from .video import check_kinds, for_sample_kind
@@ -14,6 +16,7 @@ from .video import check_kinds, for_sample_kind
 
 __all__ = [
     "REGISTRY",
+    "AestheticMLP",
     "MultiReward",
     "RewardFactory",
     "RewardFn",
@@ -25,6 +28,7 @@ __all__ = [
     "load_reward",
     "per_sample_entries",
     "register",
+    "resolve_dtype",
     "to_pil",
     "to_uint8",
 ]

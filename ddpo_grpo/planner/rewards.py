@@ -81,7 +81,7 @@ class RewardFacts:
 
 
 def _factory_default(name: str, keyword: str):
-    from reward_models.registry import REGISTRY
+    from reward_models import REGISTRY
 
     factory = REGISTRY.get(name)
     if factory is None:
@@ -91,7 +91,7 @@ def _factory_default(name: str, keyword: str):
 
 
 def _dtype(name: str, kwargs: dict) -> torch.dtype:
-    from reward_models._clip_backbones import resolve_dtype
+    from reward_models import resolve_dtype
 
     value = kwargs["dtype"] if "dtype" in kwargs else _factory_default(name, "dtype")
     return resolve_dtype(value)
@@ -126,7 +126,7 @@ def _head_bytes(clip: torch.nn.Module) -> int:
     """The aesthetic reward's MLP head (float32) on the CLIP's projection."""
     from accelerate import init_empty_weights
 
-    from reward_models.aesthetic import AestheticMLP
+    from reward_models import AestheticMLP
 
     with init_empty_weights(include_buffers=True):
         head = AestheticMLP(int(clip.config.projection_dim))
