@@ -103,7 +103,11 @@ def test_registered_with_a_tiny_builder(tiny_root, family):
 
 
 # ----------------------------------------------------------------------------------------------- 2. = diffusers
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize(
+    "family",
+    # (Qwen-Image-Edit with -m slow: Edit-Plus runs the same adapter file at the same 1024² sources by default)
+    [pytest.param(f, marks=pytest.mark.slow) if f == "QwenImageEditPipeline" else f for f in FAMILIES],
+)
 def test_deterministic_rollout_is_the_plain_pipeline(tiny_root, family):
     """Noise level 0: the recorded sampler is the diffusers pipeline's own (with the policy's scheduler kind), CFG off
     and on. The editing families run at their pipeline's source size (1024²) here, as the pipeline does."""

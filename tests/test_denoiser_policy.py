@@ -444,6 +444,7 @@ def test_config_kernel_field_and_canonical_model(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow  # the default suite runs a DenoiserPipeline through train.py in tests/test_motion_model.py
 def test_train_script_end_to_end(tmp_path):
     """scripts/train.py for 2 epochs on the tiny DenoiserPipeline (pretrained.tiny="denoiser"), a reward file.
 

@@ -47,6 +47,7 @@ def _restoration_pairs():
     return src, gt
 
 
+@pytest.mark.slow  # a refactoring's record; the metrics' own checks above stay in the default suite
 def test_agreement_with_former_implementations():
     """Measured: |Δ PSNR| ≤ 2e-6 dB, |Δ SSIM| ≤ 5e-6.
 

@@ -140,6 +140,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # a launcher detail (a c10d rendezvous); the two-process launches above run in the default suite
 def test_two_nodes_on_localhost(sd3, tmp_path):
     """Two torchrun launches of one process each, meeting by a c10d rendezvous: a two-node run, sharded."""
     logs = tmp_path / "logs"

@@ -88,6 +88,7 @@ def test_staged_schedule_supervised_only_then_mixed(tmp_path, tiny_ip2p):
     assert sum(r["train/sup_skipped"] for r in rows) > 0
 
 
+@pytest.mark.slow  # exact resume runs in the default suite in tests/test_train.py and tests/test_adapter_kit.py
 def test_staged_run_resumes_exactly(tmp_path, tiny_ip2p):
     """Stopped after epoch 1 (the hand-over, supervised and GRPO mixed) and resumed: the same weights as straight
     through. The supervised term's noise derives from (epoch, inner epoch, minibatch), not a per-run counter."""

@@ -72,7 +72,8 @@ def _metrics(run_dir):
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("kind", ["sd3", "sd"])
+# SD3 through train.py in the default suite: tests/test_scale.py's and test_two_processes_with_torchrun's launches
+@pytest.mark.parametrize("kind", [pytest.param("sd3", marks=pytest.mark.slow), "sd"])
 def test_train_script_end_to_end(tmp_path, tiny_dirs, kind):
     """scripts/train.py for 2 epochs: metrics contract, on-policy check, final/ loads in plain diffusers."""
     import diffusers
@@ -344,7 +345,7 @@ def test_zero_noise_is_refused_with_the_field_name(tmp_path, tiny_dirs):
         _run(_config(tmp_path, tiny_dirs["sd"], **{"sample.eta": 0.0}))
 
 
-@pytest.mark.parametrize("name", ["quickstart", "grpo"])
+@pytest.mark.parametrize("name", ["quickstart", pytest.param("grpo", marks=pytest.mark.slow)])
 def test_quickstart_one_shortened_epoch(tmp_path, capsys, name):
     """The default config (shipped ShapesWorld SD, shapes reward, DiffusionNFT, LoRA) and its GRPO twin (SDE
     window), shrunk to one epoch of 4 images and a 4-image held-out evaluation: each trains, evaluates
