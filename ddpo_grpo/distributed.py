@@ -136,18 +136,22 @@ def gather(acc, values) -> np.ndarray:
     return _all_gather(tensor.reshape(-1)).cpu().numpy()
 
 
+def _all_reduce(value: torch.Tensor, op) -> torch.Tensor:
+    """``value`` as int32 reduced by ``op`` over the processes, on the group that maps its device."""
+    dist = _dist()
+    value = value.detach().to(torch.int32, copy=True)  # (never the caller's tensor, reduced in place)
+    dist.all_reduce(value, op=op, group=group_for(value.device))
+    return value
+
+
 def all_processes(flag) -> bool:
     """True when ``flag`` holds on every process. ``flag`` is a bool (reduced on the host group) or a one-element
     tensor (reduced where it lives, e.g. on the GPU the weights it was computed from are on)."""
     dist = _dist()
     if dist is None:
         return bool(flag)
-    if isinstance(flag, torch.Tensor):
-        value = flag.detach().reshape(1).to(torch.int32)
-    else:
-        value = torch.tensor([1 if flag else 0], dtype=torch.int32)
-    dist.all_reduce(value, op=dist.ReduceOp.MIN, group=group_for(value.device))
-    return bool(value.item())
+    value = flag.reshape(1) if isinstance(flag, torch.Tensor) else torch.tensor([1 if flag else 0])
+    return bool(_all_reduce(value, dist.ReduceOp.MIN).item())
 
 
 def any_process(flags: torch.Tensor) -> torch.Tensor:
@@ -156,9 +160,7 @@ def any_process(flags: torch.Tensor) -> torch.Tensor:
     dist = _dist()
     if dist is None:
         return flags
-    value = flags.to(torch.int32)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group_for(value.device))
-    return value.bool()
+    return _all_reduce(flags, dist.ReduceOp.MAX).bool()
 
 
 def group_size() -> int:
