@@ -65,7 +65,7 @@ def get_config():
     # True: the members of a group start from the same initial noise; a prompt drawn into two groups of
     # an epoch then keeps them apart in the zscore / mean / global_std advantages (advantages.group_keys)
     sample.share_group_noise = False
-    # The transition kernel (ddpo_grpo/sde.py), one knob for every family: flow-matching models (SD3, FLUX,
+    # The transition kernel (ddpo_grpo/kernels/), one knob for every family: flow-matching models (SD3, FLUX,
     # Qwen-Image, Wan, …) take "flow_grpo" (Flow-GRPO's SDE) | "dance" (DanceGRPO) | "cps" (coefficients-
     # preserving sampling); DDPM-family models (SD, SDXL, InstructPix2Pix, generic denoisers) take "ddim" (DDIM-η,
     # DDPO) | "ddpm" (ancestral). "" = the family's default (flow_grpo; ddim; a denoiser pipeline's scheduler kind).

@@ -19,7 +19,7 @@ simultaneous and 51 sequence prompts), a balanced set per task, deterministic DD
 seeds, 20 steps, CFG 2.5 (MDM's scale) — ``eval/task_mean/strict`` is the headline number; before and
 after training.
 
-Kernels (``sample.kernel``, both exact Gaussian transitions of ``ddpo_grpo.sde``): "ddim" with ``sample.noise_level``
+Kernels (``sample.kernel``, both exact Gaussian transitions of ``ddpo_grpo.kernels``): "ddim" with ``sample.noise_level``
 = 1 (the recipes' default: DDIM η = 1 is the DDPM posterior with fixed-small variance on the respaced
 schedule, and its η = 0 twin is the deterministic evaluation sampler) or "ddpm" (MDM's ancestral sampler;
 at evaluation's noise level 0 it is the posterior-mean chain). Switch with

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ddpo_grpo.errors import UserError
+from foundation.errors import UserError
 
 
 class UsageError(UserError):

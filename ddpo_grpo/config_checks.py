@@ -10,13 +10,13 @@ import math
 import os
 from pathlib import Path
 
-from ddpo_grpo import consistency, schedules
+from ddpo_grpo import degradations, schedules
 from ddpo_grpo.advantages import ADVANTAGE_MODES
-from ddpo_grpo.errors import ConfigError
 from ddpo_grpo.heldout import scorer_kwargs, scorer_names
+from ddpo_grpo.kernels import BOUNDED_NOISE, FLOW_KERNELS, KERNELS
 from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
 from ddpo_grpo.policies.base import VAE_DTYPES
-from ddpo_grpo.sde import BOUNDED_NOISE, FLOW_KERNELS, KERNELS
+from foundation.errors import ConfigError
 
 REFERENCE_UPDATES = ("fixed", "hard", "soft")
 STRATEGIES = ("ddp", "fsdp")
@@ -106,7 +106,7 @@ def validate(config, num_processes: int = 1) -> dict:
     _positive(p, "train.consistency_weight", t.consistency_weight, integer=False, allow_zero=True)
     if t.degradation not in ("", "row"):
         try:
-            consistency.parse(t.degradation, "train.degradation")
+            degradations.parse(t.degradation, "train.degradation")
         except ValueError as exc:
             p.append(str(exc))
     if t.consistency_weight > 0 and not t.degradation:

@@ -76,7 +76,7 @@ def _device_types(group=None) -> set[str]:
 
 def setup() -> None:
     """Create the host-side group now, while every process is at the same point of the set-up (module docstring).
-    Called once by ``components.accelerator``; a no-op with one process or when the default group maps ``cpu``."""
+    Called once by ``wiring.accelerator``; a no-op with one process or when the default group maps ``cpu``."""
     host_group()
 
 

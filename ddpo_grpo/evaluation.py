@@ -5,7 +5,6 @@
     summarize(values, groups, applicable)       -> metrics            (from per-sample values)
     eval_items(rows, per_prompt, per_group, group_by)  which (prompt index, sample index) pairs are sampled
     image_seed(seed, i, k)                      the initial-noise seed of sample k of prompt i
-    Evaluator                                   the trainer's hook: eval.* config → eval/* metrics
 
 Sampling is the policy's own sampler (``rollout.sample_rollout``) with noise_level 0: the flow ODE
 (Euler) for flow models, DDIM with η = 0 for SD. The only randomness is the initial noise, and
@@ -251,47 +250,11 @@ def evaluate(
     return metrics, samples, captions
 
 
-class Evaluator:
-    """The trainer's evaluation hook: ``eval.*`` of the config → eval/* metrics of deterministic samples.
-
-    Built once per run; ``reward`` is a reward fn of the contract (the trainer builds it from eval.reward).
-    ``__call__(sample)`` runs the evaluation with ``sample``, a callable with the signature of ``evaluate``
-    minus its first argument (the trainer's deterministic sampler, EMA weights applied), and returns the
-    metrics; the trainer calls it before the first update and after every eval.freq epochs.
-    """
-
-    def __init__(self, config, reward: Callable):
-        from ddpo_grpo.prompts import load_prompts
-
-        e = config.eval
-        rows = load_prompts(e.prompts or config.prompts.source)
-        self.rows = rows[: e.limit] if e.limit else rows
-        self.reward, self.freq = reward, e.freq
-        self.kwargs = dict(per_prompt=e.per_prompt, per_group=e.per_group, group_by=e.group_by)
-
-    def due(self, epoch: int, last: bool) -> bool:
-        """After every ``freq`` epochs of training and after the last (never when freq is 0)."""
-        return every(epoch, self.freq, last)
-
-    def __call__(self, sample: Callable) -> dict:
-        metrics, _, _ = sample(self.rows, self.reward, max_samples=0, **self.kwargs)
-        return metrics
-
-
-def every(epoch: int, freq: int, last: bool) -> bool:
-    """Whether an "every ``freq`` epochs" action runs after ``epoch`` (0-based): after epochs freq − 1,
-    2·freq − 1, … and after the last one; never when freq is 0. So with eval.freq = 8 the evaluations
-    follow 8, 16, … epochs of training, and the untrained model is the run's "before" evaluation."""
-    return bool(freq) and ((epoch + 1) % freq == 0 or last)
-
-
 __all__ = [
-    "Evaluator",
     "Scorers",
     "derive_seed",
     "eval_items",
     "evaluate",
-    "every",
     "image_seed",
     "score",
     "summarize",

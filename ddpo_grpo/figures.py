@@ -17,7 +17,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from ddpo_grpo.images import to_uint8
+from foundation.images import to_uint8
 
 #: smallest side, in pixels, of a grid cell after enlarging
 MIN_CELL = 160

@@ -31,7 +31,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ddpo_grpo.evaluation import Scorers, every
+from ddpo_grpo.cadence import every
+from ddpo_grpo.evaluation import Scorers
 from ddpo_grpo.paired import MEAN, format_paired, paired_tables
 
 BEFORE_FILE = "eval_before.json"

@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import time
 
-from ddpo_grpo.evaluation import evaluate, every
+from ddpo_grpo.cadence import every
+from ddpo_grpo.evaluation import evaluate
 from ddpo_grpo.memory import resident
 
 
 class RunHooks:
-    """evaluator: ``evaluation.Evaluator`` or None; probe: ``probe.PairedProbe`` or None; report: ``report.RunReport``.
+    """evaluator: ``heldout.HeldOut`` or None; probe: ``probe.PairedProbe`` or None; report: ``report.RunReport``.
 
     probe_sample(rows, seeds, generator, rng) -> samples: the training sampler (current weights);
     probe_score(samples, rows) -> the combined training reward [n]."""

@@ -13,7 +13,7 @@ called once per accumulated gradient (every ``train.gradient_accumulation_steps`
    and skip together) and drops the gradient;
 5. the step, zero_grad, the weight check (a non-finite weight stops the run), n ← n + 1, and the EMA update.
 
-Loss scaling (fp16; ``components.loss_scaling`` puts a ``torch.amp.GradScaler`` in ``acc.scaler``): fp16
+Loss scaling (fp16; ``wiring.loss_scaling`` puts a ``torch.amp.GradScaler`` in ``acc.scaler``): fp16
 activations overflow above 65504 and flush gradients below ~6e-8 to zero, so the loss is multiplied by s
 before each backward (accelerate's ``backward``: ``scaler.scale(loss)``), and the accumulated gradient, s·g, is
 divided by s here (``scaler.unscale_``, stage 3). GradScaler's rule, with its defaults: a step whose gradient

@@ -11,7 +11,7 @@ Built-in sources (:data:`BUILTIN_PROMPTS`):
 * ``"animals"``: 45 common animals ("cat", "dog", ...), DDPO's simple animal prompts, shipped as
   the package data file ``ddpo_grpo/data/animals.txt`` and read on first use.
 
-Row sets of installed packages (``ddpo_grpo.plugins``, entry-point group ``ddpo_grpo.prompt_sources``), e.g. the
+Row sets of installed packages (``foundation.plugins``, entry-point group ``ddpo_grpo.prompt_sources``), e.g. the
 embedded worlds' ``"shapes_train"`` / ``"shapes_test"`` (ShapesWorld's split, ``worlds/shapes/grammar.py``),
 ``"motion_train"``, ``"shapes_edit_test"``: rows with metadata, looked up by name like the built-ins.
 """
@@ -26,7 +26,7 @@ from importlib import resources
 
 import numpy as np
 
-from ddpo_grpo import plugins
+from foundation import plugins
 
 #: A short list of simple object prompts (the default for smoke tests).
 SIMPLE_PROMPTS = (

@@ -1,7 +1,7 @@
 """Building a sharded denoiser without a whole copy of it in any process (torchtitan's per-rank load).
 
 Under ``distributed.strategy = "fsdp"`` each process needs 1/P of the denoiser's weights, so none should read all of
-them. The order (``components.build_weights``), as torchtitan builds its models:
+them. The order (``wiring.build_weights``), as torchtitan builds its models:
 
 1. ``empty_component(path, name, cls, dtype)``: the pipeline component built as ``from_pretrained`` builds it (the
    same class, config, default dtype and float32-kept modules), with its parameters on the meta device — no memory,

@@ -23,7 +23,7 @@ import weakref
 
 import torch
 
-from ddpo_grpo.errors import ConfigError
+from foundation.errors import ConfigError
 
 
 def blocks_of(model: torch.nn.Module, names) -> list[torch.nn.Module]:

@@ -10,7 +10,7 @@ Loss of one minibatch of rows (the rollout's samples' rows, or the epoch's rows 
    Rows without a ground truth are skipped for this term and counted (``train/sup_skipped``).
 2. L_cons (optional, ``train.consistency_weight`` > 0), data consistency: the prediction's clean image
    x̂ = decode(x̂0(f_θ, x_u, u)) degraded by the row's degradation D (``train.degradation``: "row" = each row's
-   ``degradation`` field, or one spec for all; ``ddpo_grpo.consistency``) should reproduce the observed input
+   ``degradation`` field, or one spec for all; ``ddpo_grpo.degradations``) should reproduce the observed input
    y, the row's source image: mean (D(x̂) − y)².
 3. (λ_sup, λ_pg) per epoch come from ``ddpo_grpo.schedules.loss_weights`` (constant, linear decay, or the
    staged recipe: supervised only → hand-over → GRPO with a floor on λ_sup); λ_pg scales the objective of
@@ -62,7 +62,7 @@ class SupervisedTerm:
     def __init__(self, ctx: UpdateContext, settings: SupervisedSettings):
         self.ctx, self.settings = ctx, settings
         if not hasattr(ctx.policy, "supervised_batch"):
-            from ddpo_grpo.errors import ConfigError
+            from foundation.errors import ConfigError
 
             raise ConfigError(
                 f"train.sup_weight > 0 needs a model family with a supervised term (image-conditioned pipelines); "
@@ -116,7 +116,7 @@ class SupervisedTerm:
 
     def _consistency(self, rows, index, pred, x_t, timesteps):
         """mean (D(x̂) − y)² [m] over the supervised rows that have a degradation (None when none has)."""
-        from ddpo_grpo import consistency
+        from ddpo_grpo import degradations
 
         ctx, degradation = self.ctx, self.settings.degradation
         keep = [j for j, i in enumerate(index.tolist()) if degradation != "row" or rows[i].get("degradation")]
@@ -127,7 +127,7 @@ class SupervisedTerm:
         x_hat = ctx.policy.decode(ctx.policy.predicted_x0(pred[sel], x_t[sel], timesteps[sel]))  # [m, 3, H, W]
         y = ctx.policy.source_images(picked).to(x_hat)  # [m, 3, H, W]
         specs = [r["degradation"] for r in picked] if degradation == "row" else degradation
-        return consistency.consistency_loss(x_hat, y, specs)
+        return degradations.consistency_loss(x_hat, y, specs)
 
 
 def rows_of(rollout) -> list[dict]:

@@ -1,6 +1,6 @@
 """The epoch loop: sample → reward → advantages → update → log / checkpoint.
 
-One epoch, phase by phase (each a method below; the parts they use are built once by ``components.py``):
+One epoch, phase by phase (each a method below; the parts they use are built once by ``wiring.py``):
 1. ``sample_phase``     every process draws its share of the epoch's prompt groups and samples them in
                         sample.num_batches_per_epoch batches with the current policy (the lagging sampler's
                         weights when configured), recording every transition with its log-prob (rollout.py);
@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ddpo_grpo import components, console, distributed, planner
+from ddpo_grpo import console, distributed, planner, wiring
 from ddpo_grpo.advantages import group_means
+from ddpo_grpo.cadence import every
 from ddpo_grpo.checkpoint import RunState, final_manifest
 from ddpo_grpo.epoch import Epoch
-from ddpo_grpo.evaluation import every
 from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard, TrainingStopped
 from ddpo_grpo.inner_loop import LoopSettings, objective_metrics, run_inner_epochs
 from ddpo_grpo.memory import offloaded, resident
@@ -52,31 +52,29 @@ from ddpo_grpo.supervised import rows_of
 class Trainer:
     def __init__(self, config, accelerator=None):
         self.config = config
-        self.totals = components.check_config(config)  # before any model is loaded and anything written
-        self.acc = components.accelerator(config, accelerator)
+        self.totals = wiring.check_config(config)  # before any model is loaded and anything written
+        self.acc = wiring.accelerator(config, accelerator)
         self.main, self.rank = self.acc.is_main_process, self.acc.process_index
         self.guard = FiniteGuard(config.train.max_consecutive_skips)
         self.degenerate = DegenerateEpochs(config.train.max_degenerate_epochs)
-        self.reward, self.scorers = components.build_rewards(config)  # before the seed: draws nothing the run uses
-        self.rows, self.prompt_sampler = components.build_prompts(config)
+        self.reward, self.scorers = wiring.build_rewards(config)  # before the seed: draws nothing the run uses
+        self.rows, self.prompt_sampler = wiring.build_prompts(config)
         torch.manual_seed(config.seed)
-        self.policy, self.model_path = components.build_policy_for(config, self.acc)
-        self.reward, self.scorers = components.fit_rewards(config, self.policy, self.reward, self.scorers)
+        self.policy, self.model_path = wiring.build_policy_for(config, self.acc)
+        self.reward, self.scorers = wiring.fit_rewards(config, self.policy, self.reward, self.scorers)
         resume = bool(config.resume_from) and not starts_again(config)  # a run that saved nothing starts again
         self.run_dir = prepare_run_dir(config, self.acc, log=self.log)  # the first thing written
-        self.weights = components.build_weights(config, self.policy, self.acc)
+        self.weights = wiring.build_weights(config, self.policy, self.acc)
         w = self.weights
         self.params, self.ema, self.sampler, self.reference = w.params, w.ema, w.sampler, w.reference
-        self.model, self.optimizer = components.prepare(config, self.acc, self.policy, self.params)
+        self.model, self.optimizer = wiring.prepare(config, self.acc, self.policy, self.params)
         self.step = OptimizerStep(self.optimizer, self.params, self.acc, self.guard, config.train, ema=self.ema)
-        self.tracker = components.build_tracker(config, self.reward)
-        self.rollout = components.training_sampler(config, self.policy, self.autocast)
+        self.tracker = wiring.build_tracker(config, self.reward)
+        self.rollout = wiring.training_sampler(config, self.policy, self.autocast)
         self.loop, self.noise_level = LoopSettings.from_config(config), self.policy.noise_level
         self.encoders, self.decoder = offloaded(self.policy) if config.sample.offload_encoders else ([], [])
-        self.update, self.supervised = components.build_update(
-            config, self.policy, self.model, self.acc, w, self.autocast
-        )
-        self.hooks = components.build_hooks(
+        self.update, self.supervised = wiring.build_update(config, self.policy, self.model, self.acc, w, self.autocast)
+        self.hooks = wiring.build_hooks(
             config,
             self.run_dir,
             self.acc,
@@ -91,12 +89,12 @@ class Trainer:
         )
         workers = config.reward.num_workers
         self.reward_pool = ThreadPoolExecutor(workers, thread_name_prefix="reward") if workers > 0 else None
-        self.sharded = components.sharded(config, self.acc)
+        self.sharded = wiring.sharded(config, self.acc)
         self.state = RunState(
             self.run_dir, config, w, self.optimizer, self.step, self.tracker, model=self.model, sharded=self.sharded
         )
         self.start_epoch = self.state.resume(config.resume_from, log=self.log) if resume else 0
-        self.logger = components.metrics_logger(
+        self.logger = wiring.metrics_logger(
             config, self.run_dir, self.acc, self.start_epoch if resume else None, self.log
         )
         num_params = sum(p.numel() for p in self.params.values())

@@ -180,7 +180,7 @@ class TransitionUpdate:
     name = "grpo"
 
     def __init__(self, ctx: UpdateContext):
-        from ddpo_grpo.sde import FLOW_KERNELS
+        from ddpo_grpo.kernels import FLOW_KERNELS
 
         self.ctx = ctx
         self.kl_fn = kl_estimator(ctx.settings.kl_estimator)

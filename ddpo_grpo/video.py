@@ -1,7 +1,7 @@
 """Video samples: filmstrips for grids and reports, and files (GIF always, MP4 with the video extra).
 
 A decoded video batch is float (B, F, 3, H, W) in [0, 1] (``Policy.sample_kind == "video"``; the reward contract,
-docs/rewards.md; checked by ``ddpo_grpo.images.check_video``). ``filmstrip`` lays frames side by side as one image per
+docs/rewards.md; checked by ``foundation.images.check_video``). ``filmstrip`` lays frames side by side as one image per
 video, which is what ``Policy.preview`` returns for video families, so image grids, the run report's before/after
 grids and ``scripts/evaluate.py`` show videos unchanged. ``write_video`` writes one video's files, as
 ``scripts/sample.py`` does per prompt:
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ddpo_grpo.images import check_video
+from foundation.images import check_video
 
 #: frames per second of written videos (Wan's 16 fps)
 DEFAULT_FPS = 16
@@ -82,7 +82,7 @@ def write_mp4(video: torch.Tensor, path: str | Path, fps: int = DEFAULT_FPS) -> 
 def write_video(video: torch.Tensor, out: str | Path, stem: str, fps: int = DEFAULT_FPS) -> dict[str, str]:
     """Write ``<stem>.gif``, ``<stem>.png`` (filmstrip) and, with PyAV, ``<stem>.mp4`` under ``out``; return the index
     row's file fields ({"file": the MP4 if written else the GIF, "gif", "png"})."""
-    from ddpo_grpo.images import to_pil
+    from foundation.images import to_pil
 
     out = Path(out)
     write_gif(video, out / f"{stem}.gif", fps)

@@ -45,7 +45,7 @@ puts the run at 46.7 GiB, and bench_train's second AdamW adds 16.7, so with both
 
 With one process (``--nproc_per_node 1``) accelerate creates the process group (NCCL on a GPU) but does not wrap
 the model in DDP (on CPU with ACCELERATE_USE_CPU=1 it does, over gloo), nothing is sharded: ``strategy=fsdp`` leaves
-the model whole (components.scale_out says so), and the trainer runs no collective (ddpo_grpo/distributed.py). Each
+the model whole (wiring.scale_out says so), and the trainer runs no collective (ddpo_grpo/distributed.py). Each
 case's ``sharded`` and ``wrapped`` fields record it.
 
 Run on a GPU machine that has torch, transformers, accelerate and peft but not diffusers or ml-collections, and no
@@ -441,7 +441,7 @@ def training_pass(trainer, device) -> dict:
 def check(name: str, strategy: str, args, bench, log, plans: dict) -> dict:
     """One family under one strategy: the trainer, its epoch, the measurements (module docstring). ``plans``: the
     planner's Plan per family, made once (it holds both strategies' estimates)."""
-    from ddpo_grpo import components, console, planner
+    from ddpo_grpo import console, planner, wiring
     from ddpo_grpo.planner.estimate import GIB
     from ddpo_grpo.trainer import Trainer
 
@@ -449,7 +449,7 @@ def check(name: str, strategy: str, args, bench, log, plans: dict) -> dict:
     case = CASES[name]
     cfg = run_config(name, strategy, args.tiny, args.workdir / "runs")
     configs = write_configs(case.configs, args.tiny, args.workdir / "configs" / f"{name}{'_tiny' if args.tiny else ''}")
-    acc = components.accelerator(cfg)  # the run's Accelerator, as Trainer(cfg) makes it (the first: the process group)
+    acc = wiring.accelerator(cfg)  # the run's Accelerator, as Trainer(cfg) makes it (the first: the process group)
     device = acc.device
     memory = PeakMemory(device)
     with contextlib.redirect_stdout(log):

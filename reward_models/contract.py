@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ddpo_grpo.images import to_pil, to_uint8
+from foundation.images import to_pil, to_uint8
 
 #: ``fn(samples, prompts, metadata) -> (scores, info)``
 RewardFn = Callable[[Any, list[str], list[dict]], tuple[Any, dict]]

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ddpo_grpo import plugins
-from ddpo_grpo.errors import RewardError
+from foundation import plugins
+from foundation.errors import RewardError
 
 from .contract import RewardFactory, RewardFn, coerce_scores, takes_three_positional
 from .per_sample import adapt_per_sample, is_per_sample

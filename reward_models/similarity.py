@@ -13,7 +13,7 @@ Both rewards compare each generated image with the ground-truth image of its dat
   receives): all integers -> ``uint8`` levels ``0..255`` (divided by 255), any float -> values in ``[0, 1]``
   (which is how :func:`reward_models.remote.to_jsonable` writes a ``uint8`` / a float array).
 
-**Path policy.** Inside a ``with ddpo_grpo.images.image_path_policy(policy):`` block (on the calling thread /
+**Path policy.** Inside a ``with foundation.images.image_path_policy(policy):`` block (on the calling thread /
 context), a path is not resolved as above: ``policy(path, index, key)`` receives the raw string (no
 ``root``, no ``~`` expansion) and returns the real path to read, or raises to refuse it. The reward
 server uses this to refuse client-named paths, or to confine them to its ``--data_root``. A policy's
@@ -60,7 +60,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ddpo_grpo.images import read_image
+from foundation.images import read_image
 
 from .registry import register
 

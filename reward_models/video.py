@@ -72,7 +72,7 @@ class FrameWise:
         self.sample_kinds = ("video",)
 
     def __call__(self, videos, prompts: list[str], metadata: list[dict]) -> tuple[np.ndarray, dict]:
-        from ddpo_grpo.images import check_video
+        from foundation.images import check_video
 
         from .contract import coerce_scores
 

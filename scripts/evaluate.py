@@ -418,7 +418,7 @@ def run(args) -> dict:
     """Evaluate as ``args`` say, write eval.json and grid.png, print the tables; return the eval.json object."""
     import torch
 
-    from ddpo_grpo.logging_utils import save_grid
+    from ddpo_grpo.image_grids import save_grid
     from ddpo_grpo.paired import format_paired
 
     _check_args(args)

@@ -199,7 +199,7 @@ def _write_sample(sample, kind: str, out: Path, stem: str, title: str, policy, f
 def sample_kind(samples) -> str:
     """Return "image" ([B, 3, H, W]), "video" ([B, F, 3, H, W]), "motion" ([B, frames, 263] HumanML3D features) or
     "array" (anything else)."""
-    from ddpo_grpo.images import is_video
+    from foundation.images import is_video
     from worlds.motion.files import is_motion
 
     if samples.ndim == 4 and samples.shape[1] == 3:

@@ -293,7 +293,7 @@ def grid_gap(policy, rows_, steps: int) -> float:
     """Max |rollout − shipped| of the grid at ``steps``, relative to its largest value: the σ's for the flow kernels;
     for the DDPM kernels the timesteps the shipped scheduler visits (each once: PNDM's warm-up repeats one), whatever
     its solver (``shipped_grid``: the plain pipeline's call on its shipped scheduler)."""
-    from ddpo_grpo.sde import FLOW_KERNELS
+    from ddpo_grpo.kernels import FLOW_KERNELS
 
     grid, schedule = shipped_grid(policy, rows_, steps), policy.schedule(steps)
     if policy.kernel in FLOW_KERNELS:

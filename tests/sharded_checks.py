@@ -9,9 +9,9 @@ peak resident-set growth: /proc/self/status VmHWM at the end of the step minus V
 reset through /proc/self/clear_refs), with every library imported before; run with MALLOC_MMAP_THRESHOLD_=65536 so
 freed tensors leave the resident set.
 
-Only names every version of the trainer has are used (``Trainer``, ``components.build_policy_for`` /
-``build_weights`` / ``training_sampler``), so a check run against older code fails on what it measures, not on a
-missing name.
+Only names every version of the trainer has are used (``Trainer``, ``wiring.build_policy_for`` /
+``build_weights`` / ``training_sampler``; ``wiring`` was ``components`` before 2026-11-27), so a check run against
+older code fails on what it measures, not on a missing name.
 """
 
 from __future__ import annotations
@@ -70,6 +70,15 @@ def config_for(model: str, logdir: str, fields: list[str]):
     return c
 
 
+def _wiring():
+    """The run-wiring module (``ddpo_grpo.wiring``; ``ddpo_grpo.components`` in code before 2026-11-27)."""
+    try:
+        from ddpo_grpo import wiring
+    except ImportError:
+        from ddpo_grpo import components as wiring
+    return wiring
+
+
 def _imports() -> None:
     """Every library module the set-up uses (diffusers and transformers import their model classes on first use)."""
     import accelerate  # noqa: F401
@@ -81,7 +90,7 @@ def _imports() -> None:
     import torch.distributed.fsdp  # noqa: F401
     import transformers
 
-    import ddpo_grpo.components  # noqa: F401
+    _wiring()
     import ddpo_grpo.policies.flux  # noqa: F401
     import ddpo_grpo.reference  # noqa: F401
     import ddpo_grpo.weights  # noqa: F401
@@ -152,7 +161,7 @@ def loading(model, tiny, out, fields, rank) -> dict:
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group
 
-    from ddpo_grpo import components
+    wiring = _wiring()
 
     trainer, result = _setup_growth(model, tiny, out, fields)
     config, policy, acc = trainer.config, trainer.policy, trainer.acc
@@ -172,7 +181,7 @@ def loading(model, tiny, out, fields, rank) -> dict:
     for on in (True, False):
         config.distributed.gather_for_sampling = on
         counted.clear()
-        samples[on] = _sample(components.training_sampler(config, policy, acc.autocast), acc.device)
+        samples[on] = _sample(wiring.training_sampler(config, policy, acc.autocast), acc.device)
         result[f"all_gathers_{on}"] = len(counted)
     counted.clear()
     trainer.sample_phase(0)  # (distributed.gather_for_sampling as the config has it: True)
@@ -181,13 +190,17 @@ def loading(model, tiny, out, fields, rank) -> dict:
 
     config.distributed.strategy = "ddp"  # the same set-up, whole in each process
     torch.manual_seed(config.seed)
-    whole_policy, _ = components.build_policy_for(config, acc)
-    components.build_weights(config, whole_policy, acc)
+    whole_policy, _ = wiring.build_policy_for(config, acc)
+    wiring.build_weights(config, whole_policy, acc)
     whole = _state(whole_policy.denoiser)
-    whole_samples = _sample(components.training_sampler(config, whole_policy, acc.autocast), acc.device)
+    whole_samples = _sample(wiring.training_sampler(config, whole_policy, acc.autocast), acc.device)
     config.distributed.strategy = "fsdp"
 
-    dtype = components.WEIGHT_DTYPES[config.mixed_precision] if config.train.use_lora else torch.float32
+    dtype = (
+        {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[config.mixed_precision]
+        if config.train.use_lora
+        else torch.float32
+    )
     plain = FluxTransformer2DModel.from_pretrained(model, subfolder="transformer").to(dtype)  # today's load and cast
     plain_state = dict(plain.named_parameters())
     plain_state.update(plain.named_buffers())

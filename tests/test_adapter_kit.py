@@ -40,9 +40,9 @@ import numpy as np
 import pytest
 import torch
 
+from ddpo_grpo.kernels import FLOW_KERNELS
 from ddpo_grpo.policies import ADAPTERS, build_policy, families, load_pipeline, policy_class
 from ddpo_grpo.rollout import transition_inputs
-from ddpo_grpo.sde import FLOW_KERNELS
 from tests.adapter_kit import (
     EDIT_FAMILIES,
     PROMPTS,
@@ -430,7 +430,7 @@ def test_real_vae_decodes_in_the_pipelines_dtype(tiny_root, family, directory):
     """In the recipe's dtype, with ``sample.vae_dtype = "auto"`` (the checkpoint's rule) the policy decodes in the
     dtype the plain pipeline decodes in (e.g. float32 for an fp16 VAE whose config says ``force_upcast``), and with
     the recipe's own ``sample.vae_dtype`` in that one: the VAE cast to ``Policy.vae_dtype`` as
-    ``components.build_weights`` casts it, decoding outside autocast as the rollout does; the plain pipeline with the
+    ``wiring.build_weights`` casts it, decoding outside autocast as the rollout does; the plain pipeline with the
     VAE as loaded (it applies its own rule)."""
     from ddpo_grpo.policies.base import VAE_DTYPES
 

@@ -167,7 +167,7 @@ def test_blocks_to_shard_must_exist_and_are_checked_before_the_run_directory(tmp
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    from ddpo_grpo.errors import ConfigError
+    from foundation.errors import ConfigError
 
     with pytest.raises(ConfigError, match="train.learning_rate"):
         train_script.main(_argv(tmp_path, ["--config.train.learning_rate=-1", "--debug"]))

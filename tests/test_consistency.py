@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from ddpo_grpo import consistency as D
+from ddpo_grpo import degradations as D
 from worlds.shapes_i2i import degradations as W
 
 

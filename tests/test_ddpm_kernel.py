@@ -1,4 +1,4 @@
-"""Tests for ddpo_grpo.sde.ddpm_step: DDPM ancestral sampling as a Gaussian transition with exact log-probs."""
+"""Tests for ddpo_grpo.kernels.ddpm_step: DDPM ancestral sampling as a Gaussian transition with exact log-probs."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from diffusers import DDPMScheduler
 
-from ddpo_grpo.sde import DDPM_VARIANCES, PREDICTION_TYPES, ddim_step, ddpm_step
+from ddpo_grpo.kernels import DDPM_VARIANCES, PREDICTION_TYPES, ddim_step, ddpm_step
 
 SHAPE = (3, 4, 5)  # [B, frames, features]
 VARIANCES = list(DDPM_VARIANCES)

@@ -17,7 +17,7 @@ import torch
 from diffusers import DDIMScheduler, DDPMScheduler, ModelMixin
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 
-from ddpo_grpo.pipelines import DenoiserPipeline, SampleNormalizer
+from ddpo_grpo.denoiser_pipeline import DenoiserPipeline, SampleNormalizer
 from ddpo_grpo.policies import FINAL_MANIFEST, build_policy, load_pipeline
 from ddpo_grpo.rollout import sample_rollout, transition_inputs
 
@@ -171,7 +171,10 @@ def test_save_load_round_trip(tiny_denoiser):
     path, built = tiny_denoiser
     index = json.loads((Path(path) / "model_index.json").read_text())
     assert index["_class_name"] == "DenoiserPipeline" and index["denoiser"] == ["ddpo_grpo.tiny", "TinyDenoiser"]
-    assert index["normalizer"] == ["ddpo_grpo.pipelines", "SampleNormalizer"] and index["sample_shape"] == [16, 8]
+    assert index["normalizer"] == ["ddpo_grpo.denoiser_pipeline", "SampleNormalizer"] and index["sample_shape"] == [
+        16,
+        8,
+    ]
     assert (Path(path) / "denoiser" / "diffusion_pytorch_model.safetensors").is_file()
     loaded = load_pipeline(path)
     assert isinstance(loaded, DenoiserPipeline) and isinstance(loaded.scheduler, DDPMScheduler)

@@ -19,7 +19,7 @@ from PIL import Image
 
 from ddpo_grpo import rollout as rollout_lib
 from ddpo_grpo.evaluation import eval_items, evaluate, image_seed, score
-from ddpo_grpo.logging_utils import save_grid
+from ddpo_grpo.image_grids import save_grid
 from ddpo_grpo.prompts import load_prompts
 from reward_models import load_reward
 from tests.conftest import load_script

@@ -39,7 +39,7 @@ def test_every_table_is_a_view_of_the_specs():
         assert found["adapter"] == spec.adapter_target and found["pretrained.tiny"] is spec.tiny_builder()
         assert found["planner"] == (spec.geometry, spec.source_tokens, spec.video)
         assert found["benchmark"] == spec.benchmark and found["pipeline class"] == (spec.pipeline_target or None)
-    assert PIPELINES["DenoiserPipeline"] == "ddpo_grpo.pipelines:DenoiserPipeline"
+    assert PIPELINES["DenoiserPipeline"] == "ddpo_grpo.denoiser_pipeline:DenoiserPipeline"
 
 
 def test_a_family_registered_once_joins_every_table(monkeypatch):

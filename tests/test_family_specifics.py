@@ -139,7 +139,7 @@ def test_source_rows_are_checked_with_file_and_line(tmp_path):
 
 
 def test_unsupported_pipeline_class_is_one_line(tmp_path):
-    from ddpo_grpo.errors import ConfigError
+    from foundation.errors import ConfigError
 
     (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "CogVideoXPipeline"}))
     with pytest.raises(ConfigError, match=r"is a 'CogVideoXPipeline'; supported pipeline classes: .*docs/adapters.md"):

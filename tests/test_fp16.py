@@ -1,10 +1,10 @@
-"""fp16 loss scaling (optim.OptimizerStep with a torch.amp.GradScaler; components.loss_scaling): an overflowing step
+"""fp16 loss scaling (optim.OptimizerStep with a torch.amp.GradScaler; wiring.loss_scaling): an overflowing step
 is skipped and halves the scale, the next step trains, the logged gradient norm is the unscaled one, the scale
 grows after its interval and resumes with the run.
 
 accelerate neither autocasts nor scales under ``mixed_precision="fp16"`` on CPU (its ``native_amp`` stays off, and
 the tiny pipeline's fp16 weights then meet float32 inputs: the run fails at its first forward). Our
-``components.loss_scaling`` turns accelerate's autocast on with float16 on CPU and gives it a GradScaler, so these
+``wiring.loss_scaling`` turns accelerate's autocast on with float16 on CPU and gives it a GradScaler, so these
 CPU processes run the fp16 path GPUs run: accelerate's ``backward`` scales the loss, our step does the rest.
 """
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ddpo_grpo.images import load_image
+from foundation.images import load_image
 from reward_models import similarity  # noqa: F401  (registers the rewards)
 from reward_models.registry import load_reward
 from reward_models.similarity import psnr, ssim

@@ -84,8 +84,8 @@ def test_soft_update_per_epoch_and_exact_resume(tmp_path, tiny_dirs):
 
 
 def test_grpo_refuses_a_lagging_sampler(tmp_path, tiny_dirs):
-    from ddpo_grpo.errors import ConfigError
     from ddpo_grpo.trainer import Trainer
+    from foundation.errors import ConfigError
 
     config = _lagging(tmp_path, tiny_dirs["sd3"], **{"sample.noise_level": 0.7})
     config.train.objective = "grpo"

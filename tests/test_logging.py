@@ -1,4 +1,4 @@
-"""Tests for ddpo_grpo.logging_utils (no network)."""
+"""Tests for ddpo_grpo.metrics_log and image_grids (no network)."""
 
 import importlib.util
 import json
@@ -10,7 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from ddpo_grpo.logging_utils import TRACKERS, MetricsLogger, make_grid_uint8
+from ddpo_grpo.image_grids import make_grid_uint8
+from ddpo_grpo.metrics_log import TRACKERS, MetricsLogger
 
 
 def _read(path):

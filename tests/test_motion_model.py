@@ -56,7 +56,7 @@ def _rows(n: int) -> list[dict]:
 def test_shipped_mdm_loads_offline_and_is_small():
     from diffusers import DDPMScheduler
 
-    from ddpo_grpo.pipelines import DenoiserPipeline
+    from ddpo_grpo.denoiser_pipeline import DenoiserPipeline
     from worlds.motion.model import LORA_TARGETS, MotionDenoiser, MotionNormalizer
 
     files = [p for p in Path(MDM_DIR).rglob("*") if p.is_file()]
@@ -209,8 +209,8 @@ def test_physics_recipe_builds_its_reward_and_scorers():
     judge (the matching anchor), trained by DiffusionNFT anchored to the base (train.beta > 0); its held-out
     scorers the strict judge and motion_physics (per-scorer kwargs)."""
     from config.motion import PHYSICS_WEIGHTS, get_config
-    from ddpo_grpo.components import build_rewards
     from ddpo_grpo.config_checks import validate
+    from ddpo_grpo.wiring import build_rewards
 
     config = get_config("physics")
     validate(config)

@@ -165,8 +165,8 @@ def test_forward_objective_trains_end_to_end_on_deterministic_rollouts(tmp_path,
 
 
 def test_zero_noise_stays_refused_for_grpo(tmp_path, tiny_dirs):
-    from ddpo_grpo.errors import ConfigError
     from ddpo_grpo.trainer import Trainer
+    from foundation.errors import ConfigError
 
     with pytest.raises(ConfigError, match="sample.noise_level"):
         Trainer(_tiny_config(tmp_path, tiny_dirs["sd3"], "grpo"))

@@ -374,7 +374,7 @@ def test_gathered_sampling_holds_the_whole_denoiser(tiny_flux):
     static = e.parts["weights"] + e.parts["optimizer"] + e.parts["store"] + e.parts["encoders"]
     assert e.sampling_phase == static + f.denoiser_numel * f.compute_itemsize
     assert p.estimate("ddp").sampling_phase == 0
-    # components.gather_fits: the whole denoiser must fit beside what set-up holds, else block by block (no phase)
+    # wiring.gather_fits: the whole denoiser must fit beside what set-up holds, else block by block (no phase)
     at_set_up = sum(e.parts[k] for k in ("weights", "reference", "ema", "sampler", "encoders", "rewards"))
     need = at_set_up + f.denoiser_numel * f.compute_itemsize
     fits = planner.plan(c, 2, (need + 1024) / GIB, model=str(tiny_flux), accelerator=False).estimate("fsdp")
@@ -454,7 +454,7 @@ def test_shipped_recipe_fits_its_hardware_with_margin(recipe, monkeypatch):
 
 def test_the_vae_is_counted_in_the_dtype_the_run_keeps_it_in(tiny_flux):
     """sample.vae_dtype: a bf16 run keeping its VAE in float32 (the FLUX, SD3, Qwen and Wan recipes) holds 4 bytes per
-    VAE element, not the weight dtype's 2 (components.load_dtypes reads it so)."""
+    VAE element, not the weight dtype's 2 (wiring.load_dtypes reads it so)."""
     c = _config()
     c.mixed_precision = "bf16"
     c.sample.vae_dtype = "bf16"

@@ -107,7 +107,7 @@ def test_evaluation_leaves_the_training_trajectory_alone(tmp_path):
 
 
 def test_tiny_motion_pretraining_resumes_exactly(tmp_path, capsys):
-    from ddpo_grpo.pipelines import DenoiserPipeline
+    from ddpo_grpo.denoiser_pipeline import DenoiserPipeline
     from ddpo_grpo.policies import load_pipeline
     from worlds.motion.model import MotionDenoiser, MotionNormalizer
 

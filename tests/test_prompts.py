@@ -136,7 +136,7 @@ class _FakePolicy:
         return torch.zeros_like(x)
 
     def step(self, out, x, args, level, generator=None):
-        from ddpo_grpo.sde import Step
+        from ddpo_grpo.kernels import Step
 
         std = torch.full((x.shape[0], 1, 1, 1), 0.1)
         return Step(prev_sample=0.5 * x, log_prob=torch.zeros(x.shape[0]), mean=0.5 * x, std=std)

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from ddpo_grpo.config_checks import trained_steps_per_sample, validate
+from ddpo_grpo.kernels import DEFAULT_NOISE_LEVELS
 from ddpo_grpo.policies import ADAPTERS
 from ddpo_grpo.policies.base import VAE_DTYPES, pipeline_text_length
-from ddpo_grpo.sde import DEFAULT_NOISE_LEVELS
 from tests.test_configs import experiments
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"

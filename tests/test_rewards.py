@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ddpo_grpo.errors import RewardError
+from foundation.errors import RewardError
 from reward_models import REGISTRY, MultiReward, build_reward, load_reward, to_pil, to_uint8
 
 

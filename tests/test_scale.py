@@ -218,7 +218,7 @@ def test_offloaded_encoders_encode_once_per_epoch_and_sample_the_same(sd3, tmp_p
 def test_sharded_resume_refuses_another_world_size_and_missing_shards(tmp_path):
     from ddpo_grpo.checkpoint import CorruptCheckpointError
     from ddpo_grpo.checkpoint.sharded import load_sharded
-    from ddpo_grpo.errors import ConfigError
+    from foundation.errors import ConfigError
 
     ckpt = tmp_path / "epoch_000003"
     ckpt.mkdir()

@@ -22,7 +22,7 @@ import pytest
 import torch
 from PIL import Image
 
-from ddpo_grpo.images import image_path_policy
+from foundation.images import image_path_policy
 from reward_models import load_reward
 from reward_models.server import MAX_HEADER_BYTES, HTTPError, RequestHead
 

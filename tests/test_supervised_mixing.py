@@ -135,8 +135,8 @@ def test_supervised_gradient_matches_a_hand_computation(tmp_path, tiny_ip2p):
 
 
 def test_init_from_reports_keys_and_refuses_a_mismatch_unless_not_strict(tmp_path, tiny_ip2p, capsys):
-    from ddpo_grpo.errors import ConfigError
     from ddpo_grpo.trainer import Trainer
+    from foundation.errors import ConfigError
 
     rows = _rows_file(tmp_path)
     first = _config(tmp_path / "a", tiny_ip2p, rows, **{"train.sup_weight": 0.0, "train.sup_floor": 0.0})

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from config.base import get_config as base_config
-from ddpo_grpo import components
+from ddpo_grpo import wiring
 from ddpo_grpo.config_checks import ConfigError, validate
 from ddpo_grpo.policies import build_policy, policy_settings
 from ddpo_grpo.rollout import sample_rollout
@@ -51,9 +51,9 @@ def _config(mixed_precision: str, vae_dtype: str = "auto"):
 
 
 def _built(pipe, config):
-    """The policy of ``pipe`` after ``components.build_weights`` put its frozen modules in their run dtypes."""
+    """The policy of ``pipe`` after ``wiring.build_weights`` put its frozen modules in their run dtypes."""
     policy = build_policy(pipe, policy_settings(pipe, config.sample))
-    components.build_weights(config, policy, SimpleNamespace(device=torch.device("cpu"), num_processes=1))
+    wiring.build_weights(config, policy, SimpleNamespace(device=torch.device("cpu"), num_processes=1))
     return policy
 
 
@@ -145,8 +145,8 @@ def test_a_float32_vae_holds_the_checkpoints_weights(sdxl, tmp_path, mixed_preci
     config = _config(mixed_precision, vae_dtype)
     config.pretrained.model = str(tmp_path / "pipe")
     acc = SimpleNamespace(device=torch.device("cpu"), num_processes=1, is_main_process=True)
-    policy, _ = components.build_policy_for(config, acc)
-    components.build_weights(config, policy, acc)
+    policy, _ = wiring.build_policy_for(config, acc)
+    wiring.build_weights(config, policy, acc)
     stored = load_file(str(tmp_path / "pipe" / "vae" / "diffusion_pytorch_model.safetensors"))
     state = policy.pipeline.vae.state_dict()
     assert policy.pipeline.vae.dtype == torch.float32 and stored.keys() <= state.keys()

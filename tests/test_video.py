@@ -160,8 +160,8 @@ def test_a_video_run_scores_image_rewards_frame_wise(tmp_path, monkeypatch):
 def test_a_video_only_reward_is_refused_for_an_image_family(tmp_path, monkeypatch):
     import reward_models
     from config.quickstart import tiny
-    from ddpo_grpo.errors import ConfigError
     from ddpo_grpo.trainer import Trainer
+    from foundation.errors import ConfigError
 
     monkeypatch.setitem(reward_models.REGISTRY, "vid", lambda: declare_kinds(lambda s, p, m: (None, {}), "video"))
     cfg = tiny()

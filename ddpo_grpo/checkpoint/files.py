@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ddpo_grpo.errors import UserError
+from foundation.errors import UserError
 
 CHECKPOINTS_DIRNAME = "checkpoints"
 STATE_FILE = "state.json"

@@ -37,7 +37,7 @@ from ddpo_grpo.checkpoint.files import (
 )
 from ddpo_grpo.checkpoint.rng import rng_state, set_rng_state
 from ddpo_grpo.checkpoint.sharded import load_sharded, save_sharded
-from ddpo_grpo.errors import ConfigError
+from foundation.errors import ConfigError
 
 #: config fields whose change makes a checkpoint's trainable weights not fit the model
 WEIGHT_FIELDS = ("train.use_lora", "train.lora_rank", "train.lora_target_modules", "pretrained.model")

@@ -44,7 +44,7 @@ from ddpo_grpo.checkpoint.files import (
     remove_dir_safely,
 )
 from ddpo_grpo.checkpoint.rng import rng_state, set_rng_state
-from ddpo_grpo.errors import ConfigError
+from foundation.errors import ConfigError
 
 #: a test hook (tests/test_kill_resume.py): "RANK:EPOCH" stops that process inside the save of that epoch, after its
 #: shards are written and before anything is committed: it writes its pid to ``halted_rank<RANK>`` in the hidden

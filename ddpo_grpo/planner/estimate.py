@@ -1,6 +1,6 @@
 """The per-process memory of a training run, part by part (bytes), for one strategy and process count P.
 
-With T the trainable parameters (the LoRA factors, or the whole denoiser), kept in float32 (components.build_weights
+With T the trainable parameters (the LoRA factors, or the whole denoiser), kept in float32 (wiring.build_weights
 makes them so), W the denoiser's parameters and buffers (both experts of a two-expert model), P the processes,
 b = train.batch_size:
 
@@ -48,7 +48,7 @@ The peak is the largest of five phases:
 
     training     the sum of the parts above
     encoding     with offloaded encoders: the encoders back on the device, no activations or gradients
-    set-up       (the "load" phase) what loading leaves and passes through, as components.build_policy_for /
+    set-up       (the "load" phase) what loading leaves and passes through, as wiring.build_policy_for /
                  build_weights load a pipeline: each component read in its dtype (the weight dtype; the trained
                  denoiser in float32 for full fine-tuning) and moved to the device; under FSDP the denoiser built on
                  the meta device, sharded, and each process reading only its own shards' slices, one tensor at a
@@ -76,7 +76,7 @@ The peak is the largest of five phases:
                  the whole denoiser all-gathered in the compute dtype for each batch (sharding.gathered) beside the
                  sharded weights and states, the store, the encoders and rewards; no gradients (set to None after
                  each step) nor training activations; with the lagging sampler swapped in, its 4·T/P saved copy.
-                 The run checks at set-up (components.gather_fits) that the whole denoiser fits the device's free
+                 The run checks at set-up (wiring.gather_fits) that the whole denoiser fits the device's free
                  memory then, beside the sharded weights, EMA, sampler, reference, the encoders on the device and
                  the rewards (the optimizer's states and the store come later: this phase is what sampling needs
                  then); on devices of known memory where it does not, the run gathers block by block at every

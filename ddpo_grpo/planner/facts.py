@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from ddpo_grpo.components import WEIGHT_DTYPES
 from ddpo_grpo.memory import store_dtype
 from ddpo_grpo.planner import activations, meta, sources
 from ddpo_grpo.planner import blocks as blocks_mod
 from ddpo_grpo.planner.geometry import geometry
 from ddpo_grpo.planner.rewards import RewardFacts, reward_facts
+from ddpo_grpo.precision import WEIGHT_DTYPES
 
 #: the second expert of a two-expert denoiser (Wan 2.2 A14B), a denoiser beside ``transformer``
 SECOND_EXPERT = "transformer_2"

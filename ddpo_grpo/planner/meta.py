@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ddpo_grpo.errors import ConfigError
+from foundation.errors import ConfigError
 
 
 def build(directory: Path, name: str, library: str, class_name: str) -> torch.nn.Module:

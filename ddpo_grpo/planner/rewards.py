@@ -1,7 +1,7 @@
 """The reward models a run holds on every process's device, from their configs, offline.
 
 Every process builds the training rewards (``reward.fns``) and, with ``eval.freq``, the held-out scorers
-(``eval.reward``; "" = the first training reward, built a second time) — ``components.build_rewards`` — each on the
+(``eval.reward``; "" = the first training reward, built a second time) — ``wiring.build_rewards`` — each on the
 run's device ("cuda" when there is one: the reward factories' ``device=None``) and in its ``dtype`` keyword (float32
 by default), for the whole run. The planner counts those models' parameters and buffers in that dtype:
 
@@ -134,7 +134,7 @@ def _head_bytes(clip: torch.nn.Module) -> int:
 
 
 def built_rewards(config) -> list[tuple[str, str, dict]]:
-    """(role, reward name, factory kwargs) of every reward a process builds (``components.build_rewards``)."""
+    """(role, reward name, factory kwargs) of every reward a process builds (``wiring.build_rewards``)."""
     from ddpo_grpo.heldout import scorer_kwargs, scorer_names
 
     r, e = config.reward, config.eval

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddpo_grpo.errors import ConfigError
 from ddpo_grpo.policies.family import MODEL_CONFIGS, hub_ids
+from foundation.errors import ConfigError
 
 #: config/model_configs/ (the shipped component configs)
 SHIPPED = MODEL_CONFIGS

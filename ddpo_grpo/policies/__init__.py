@@ -13,9 +13,9 @@ with its spec, its tiny builder, a config and its checkpoints' configs; the adap
 docs/models.md.
 
 A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
-``"path/to/my_model.py"``, which calls ``build``) imports the file (``ddpo_grpo.plugins.import_user_file``)
+``"path/to/my_model.py"``, which calls ``build``) imports the file (``foundation.plugins.import_user_file``)
 and calls ``build()``, which returns a pipeline with an adapter — typically a
-``ddpo_grpo.pipelines.DenoiserPipeline`` wrapping the user's denoiser — or a dict of ``DenoiserPipeline``
+``ddpo_grpo.denoiser_pipeline.DenoiserPipeline`` wrapping the user's denoiser — or a dict of ``DenoiserPipeline``
 arguments (``{"denoiser": ..., "scheduler": ..., "sample_shape": [...], ...}``). The factory runs on every
 load, including a LoRA run's ``final/`` (its manifest names the factory as the base model), so keep it
 deterministic (load a checkpoint, seed any random init).
@@ -140,8 +140,8 @@ def _from_factory(spec: str):
     """Import the factory file of ``spec`` and return what its function builds, as a pipeline."""
     match = _FACTORY_SPEC.match(spec)
     file, attr = match["file"], match["attr"] or DEFAULT_FACTORY
-    from ddpo_grpo.pipelines import DenoiserPipeline
-    from ddpo_grpo.plugins import import_user_file
+    from ddpo_grpo.denoiser_pipeline import DenoiserPipeline
+    from foundation.plugins import import_user_file
 
     try:
         module = import_user_file(file)
@@ -173,7 +173,7 @@ def _from_factory(spec: str):
 
 def _pipeline_class(class_name: str, model: str):
     if class_name not in ADAPTERS:
-        from ddpo_grpo.errors import ConfigError
+        from foundation.errors import ConfigError
 
         raise ConfigError(
             f"pretrained.model={model!r} is a {class_name!r}; supported pipeline classes: {sorted(ADAPTERS)} "

@@ -36,7 +36,7 @@ from typing import ClassVar
 
 import torch
 
-from ddpo_grpo.sde import BOUNDED_NOISE, DEFAULT_NOISE_LEVELS, DIFFUSION_KERNELS, FLOW_KERNELS, KERNELS, Step
+from ddpo_grpo.kernels import BOUNDED_NOISE, DEFAULT_NOISE_LEVELS, DIFFUSION_KERNELS, FLOW_KERNELS, KERNELS, Step
 
 #: ``sample.vae_dtype`` -> the VAE's dtype ("auto": ``Policy.vae_dtype`` decides)
 VAE_DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -71,7 +71,7 @@ class PolicySettings:
     resolution:           image side in pixels; 0 = the pipeline's native size (families without pixels ignore it)
     max_sequence_length:  text tokens of encoders that take a length (T5, Qwen2.5-VL, UMT5); 0 = the family's pipeline
                           default (``pipeline_text_length``: FLUX, Qwen-Image, Z-Image, Wan 512, SD3 256)
-    kernel:               the transition kernel (``sde.KERNELS``); "" = the family's default
+    kernel:               the transition kernel (``kernels.KERNELS``); "" = the family's default
     noise_level:          the kernel's stochasticity (``sample.noise_level``); None = the kernel's default
     image_guidance_scale: image-conditioned families' image guidance s_I ≥ 1
     num_frames:           video families' frame count (pixels); 0 = the family's default
@@ -372,7 +372,7 @@ class Policy:
         raise NotImplementedError
 
     def step(self, model_output, latents, kernel_args, noise_level, *, prev_sample=None, generator=None) -> Step:
-        """One transition of ``self.kernel`` (``sde.Step``)."""
+        """One transition of ``self.kernel`` (``kernels.Step``)."""
         raise NotImplementedError
 
     def forward_process(self, x0: torch.Tensor, u: torch.Tensor, noise: torch.Tensor):

@@ -3,7 +3,7 @@
 Source images. Image-conditioned families (InstructPix2Pix, FLUX.1 Kontext, Qwen-Image-Edit(-Plus), Wan image-to-video)
 read each row's ``source_image`` field (``SOURCE_KEY``): a path (relative to ``sample.source_root``, default the working
 directory), a (3, H, W) array / tensor / nested list (uint8 levels or floats in [0, 1]) or a PIL image, read by
-``ddpo_grpo.images.load_image``; Qwen-Image-Edit-Plus rows may give a list of them (paths, arrays or PIL images). ``check_source_rows`` refuses a
+``foundation.images.load_image``; Qwen-Image-Edit-Plus rows may give a list of them (paths, arrays or PIL images). ``check_source_rows`` refuses a
 prompt file with a row lacking one before anything is sampled, naming the file and line.
 
 Fixed-length text. A rollout stores the condition of every sample, and batches are concatenated (``Rollout.cat``), so
@@ -38,7 +38,7 @@ def source_list(row: dict, index: int, family: str) -> list:
 
 def load_source(value, size: tuple[int, int], root: str | None, index: int, key: str = SOURCE_KEY) -> torch.Tensor:
     """One row's image (field ``key``) as float [3, H, W] in [0, 1], resized (bicubic, antialiased) to ``size``."""
-    from ddpo_grpo.images import load_image
+    from foundation.images import load_image
 
     image = load_image(value, root=root, index=index, key=key)
     if tuple(image.shape[-2:]) != tuple(size):

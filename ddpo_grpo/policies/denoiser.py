@@ -1,4 +1,4 @@
-"""Adapter for ``DenoiserPipeline`` (ddpo_grpo.pipelines): any denoiser f(x_t, t, **cond), sampled with DDPM or DDIM.
+"""Adapter for ``DenoiserPipeline`` (ddpo_grpo.denoiser_pipeline): any denoiser f(x_t, t, **cond), sampled with DDPM or DDIM.
 
 The sample is the model's own space (no VAE): ``latent_shape()`` is the pipeline's ``sample_shape``, and
 ``sample.resolution`` (pixels) means nothing here and is ignored (as is ``sample.max_sequence_length``: the
@@ -149,6 +149,6 @@ SPEC = FamilySpec(
     adapter=DenoiserPolicy,
     tiny="ddpo_grpo.tiny:build_tiny_denoiser",
     kit_tiny_kwargs={"scheduler": "ddim"},  # the kit's reference sampler: DDIM at η = 0
-    pipeline_target="ddpo_grpo.pipelines:DenoiserPipeline",
+    pipeline_target="ddpo_grpo.denoiser_pipeline:DenoiserPipeline",
     benchmark=False,  # no diffusers pipeline call to compare the rollout with
 )

@@ -1,6 +1,6 @@
 """The kernel base of DDPM-family models (ε-, v- or x0-prediction): SD 1.x/2.x, InstructPix2Pix, generic denoisers.
 
-Whatever scheduler a checkpoint ships, the policy is one of two exact Gaussian kernels of ``ddpo_grpo.sde`` on
+Whatever scheduler a checkpoint ships, the policy is one of two exact Gaussian kernels of ``ddpo_grpo.kernels`` on
 the checkpoint's noise schedule (``sample.kernel``):
 
     "ddim"  ``ddim_step``: DDIM with η = ``sample.noise_level`` (η = 0: deterministic DDIM; η = 1: DDPO's default)
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ddpo_grpo.policies.base import Policy, Schedule
-from ddpo_grpo.sde import (
+from ddpo_grpo.kernels import (
     DDPM_VARIANCES,
     DIFFUSION_KERNELS,
     Step,
@@ -29,6 +28,7 @@ from ddpo_grpo.sde import (
     ddpm_step,
     predicted_x0,
 )
+from ddpo_grpo.policies.base import Policy, Schedule
 
 
 class DiffusionPolicy(Policy):

@@ -2,7 +2,7 @@
 
 The schedule comes from the pipeline's own ``FlowMatchEulerDiscreteScheduler`` configuration (so ``shift``
 and dynamic shifting apply as in diffusers); the transition is one of the stochastic kernels of
-``ddpo_grpo.sde.flow_sde_step`` (``sample.kernel`` = "flow_grpo" | "dance" | "cps"), which turn the
+``ddpo_grpo.kernels.flow_sde_step`` (``sample.kernel`` = "flow_grpo" | "dance" | "cps"), which turn the
 deterministic Euler ODE into a Gaussian policy with the same marginals (noise level 0 = the ODE itself).
 
 A family adapter subclasses ``FlowPolicy`` and provides conditioning, the denoiser call and decoding; with
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from ddpo_grpo.kernels import FLOW_KERNELS, Step, check_flow_args, flow_forward, flow_sde_step
 from ddpo_grpo.policies.base import Policy, Schedule
-from ddpo_grpo.sde import FLOW_KERNELS, Step, check_flow_args, flow_forward, flow_sde_step
 
 #: the line's ends where the scheduler config omits them: (base_image_seq_len, max_image_seq_len, base_shift,
 #: max_shift) as diffusers' FLUX.1, Kontext, Qwen-Image(-Edit/-Plus) and Z-Image pipelines fall back (0.42:

@@ -11,7 +11,7 @@ Conditioning (``encode_rows``, once per sample; the rollout stores it with the s
     image_guidance_scale  [B]  s_I the sample was drawn with (re-scoring uses the stored value)
 The source image is each row's ``source_image`` field: a path (relative to ``source_root``, default the working
 directory), a (3, H, W) array / tensor / nested list (uint8 levels or floats in [0, 1]) or a PIL image, read by
-``ddpo_grpo.images.load_image`` as the ``psnr`` / ``ssim`` rewards read ``ground_truth``; resized (bicubic,
+``foundation.images.load_image`` as the ``psnr`` / ``ssim`` rewards read ``ground_truth``; resized (bicubic,
 antialiased) to the policy's resolution when its size differs.
 
 Guidance, as the pipeline computes it (three branches in one batch of 3B, in its order: full condition

@@ -63,7 +63,7 @@ class QwenImageEditPolicy(QwenImagePolicy):
     # ---- conditioning -----------------------------------------------------------------------------
     def source_pils(self, rows: list[dict]) -> list[list]:
         """Per row, its source images as PIL images (8-bit, as the pipeline receives them), in the row's order."""
-        from ddpo_grpo.images import to_pil
+        from foundation.images import to_pil
 
         family = type(self.pipeline).__name__
         out = []

@@ -28,7 +28,7 @@ class WanI2VPolicy(WanPolicy):
         return (frames * 255).round() / 255
 
     def source_pils(self, rows: list[dict]) -> list:
-        from ddpo_grpo.images import to_pil
+        from foundation.images import to_pil
 
         return to_pil(self.source_images(rows))
 

@@ -42,9 +42,10 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
-from ddpo_grpo.logging_utils import atomic_write, save_grid
+from ddpo_grpo.image_grids import save_grid
 from ddpo_grpo.pretraining.config import PretrainConfig, ResumeError, resumed_config
 from ddpo_grpo.weights import EMA, trainable_parameters
+from foundation.atomic_io import atomic_write
 
 LOG_FILE = "pretrain_log.jsonl"
 FINAL_DIR = "final"

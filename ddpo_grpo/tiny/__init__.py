@@ -88,7 +88,7 @@ def build_tiny_denoiser(path: str | Path, seed: int = 0, frames: int = 16, featu
     from diffusers import DDIMScheduler, DDPMScheduler
     from transformers import CLIPTextModelWithProjection
 
-    from ddpo_grpo.pipelines import DenoiserPipeline, SampleNormalizer
+    from ddpo_grpo.denoiser_pipeline import DenoiserPipeline, SampleNormalizer
 
     path = Path(path)
     torch.manual_seed(seed)

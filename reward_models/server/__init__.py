@@ -43,7 +43,7 @@ What each limit protects:
     relative to that directory only: absolute paths and ".." components are refused, and so is a path
     whose real path (symlinks resolved) is not inside the root's real path, or not a regular file. The
     check runs where the file is opened: the reward is called inside
-    ddpo_grpo.images.image_path_policy(policy), which psnr / ssim consult; local training
+    foundation.images.image_path_policy(policy), which psnr / ssim consult; local training
     runs without a policy and keeps resolving paths against ``root`` / the working directory.
   * server paths in answers: refusals name the field (metadata[3]['ground_truth']), never a path; the
     text of reward exceptions is redacted (the data root, working directory and anything path-like).

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ddpo_grpo.images import image_path_policy
+from foundation.images import image_path_policy
 
 from ..contract import coerce_scores
 from ..remote import PROTOCOL, merge_infos, to_jsonable

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from diffusers import ModelMixin
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 
-from ddpo_grpo.pipelines import SampleNormalizer
+from ddpo_grpo.denoiser_pipeline import SampleNormalizer
 
 from .features import FEATURE_DIM
 

@@ -1,6 +1,6 @@
 """Recipe: MotionWorld's text-to-motion base model in MDM's architecture, from scratch, on CPU.
 
-The result is a :class:`ddpo_grpo.pipelines.DenoiserPipeline` directory (``models/mdm/`` ships one) that
+The result is a :class:`ddpo_grpo.denoiser_pipeline.DenoiserPipeline` directory (``models/mdm/`` ships one) that
 GRPO fine-tunes (``config/motion.py``); the loop, EMA, checkpoints, exact resume and evaluation are the
 core's (:mod:`ddpo_grpo.pretraining`). Components:
 
@@ -333,7 +333,7 @@ class MDMRecipe(Recipe):
         return out
 
     def pipeline(self):
-        from ddpo_grpo.pipelines import DenoiserPipeline
+        from ddpo_grpo.denoiser_pipeline import DenoiserPipeline
 
         from .model import LORA_TARGETS
 

@@ -1,6 +1,6 @@
 """The degradation simulation of restoration data: what turns a clean ShapesWorld render into a row's source image.
 
-Specs are the core's (``ddpo_grpo.consistency``: ``{"kind": ..., <parameter>: ...}``, ``"kind:value"`` or a list
+Specs are the core's (``ddpo_grpo.degradations``: ``{"kind": ..., <parameter>: ...}``, ``"kind:value"`` or a list
 of them); :func:`degrade` applies their simulation, in order: downsampling and blur as the differentiable operators
 of the consistency loss do, additive Gaussian noise from a generator, JPEG through PIL (4:2:0 chroma).
 """
@@ -12,7 +12,7 @@ import io
 import numpy as np
 import torch
 
-from ddpo_grpo.consistency import Spec, downsample, gaussian_blur, parse
+from ddpo_grpo.degradations import Spec, downsample, gaussian_blur, parse
 
 
 def add_noise(x: torch.Tensor, sigma: float, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 A row is a ShapesWorld scene (drawn for a prompt of the ShapesWorld split: train rows from ``shapes_train``,
 test rows from ``shapes_test``, so test scenes are compositions the base model never saw) and one
-degradation (:mod:`ddpo_grpo.consistency` specs, simulated by :mod:`worlds.shapes_i2i.degradations`) at one level:
+degradation (:mod:`ddpo_grpo.degradations` specs, simulated by :mod:`worlds.shapes_i2i.degradations`) at one level:
 
 ==========  ===================  ==================  =========================================
 kind        train levels         held-out level      parameter
@@ -44,7 +44,7 @@ _PARAM = {"downsample": "factor", "blur": "sigma", "noise": "sigma", "jpeg": "qu
 
 
 def degradation(kind: str, level: float) -> dict:
-    """The degradation spec of ``kind`` at ``level`` (a dict of :mod:`ddpo_grpo.consistency`)."""
+    """The degradation spec of ``kind`` at ``level`` (a dict of :mod:`ddpo_grpo.degradations`)."""
     if kind not in LEVELS:
         raise ValueError(f"unknown degradation kind {kind!r}; kinds: {', '.join(KINDS)}")
     value = int(level) if kind in ("downsample", "jpeg") else float(level)
@@ -58,7 +58,7 @@ def levels(kind: str, split: str) -> list[float]:
 
 def restore_row(shape_row: dict, kind: str, level: float, seed: int, held_out: bool) -> dict:
     """The JSON row (no images) of one restoration example: the scene drawn for ``shape_row`` with ``seed``."""
-    from ddpo_grpo.consistency import name
+    from ddpo_grpo.degradations import name
 
     spec = degradation(kind, level)
     scene = scene_for_prompt(shape_row, seed)

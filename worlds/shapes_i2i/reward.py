@@ -86,7 +86,7 @@ def shapes_i2i():
         out["psnr"], out["ssim"] = [math.nan] * n, [math.nan] * n
         restore = [i for i in range(n) if (metadata[i] or {}).get("task") == "restore"]
         if restore:
-            from ddpo_grpo.images import load_image
+            from foundation.images import load_image
 
             truth = torch.stack([load_image(metadata[i]["ground_truth"], index=i) for i in restore]).to(images.device)
             gen = images[restore]

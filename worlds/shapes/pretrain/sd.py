@@ -51,7 +51,7 @@ Objective (DDPM, Ho et al. 2020, eqs. 4 and 14), VAE frozen: the one stage, ``dd
     L   = ‖ ε_θ(z_t, t, c) − ε ‖²  (mean)          # L_simple, eq. 14
 
 ``prediction_type = "v_prediction"`` instead regresses ``v = √ᾱ_t ε − √(1−ᾱ_t) z₀`` (Salimans & Ho
-2022, §4); both are what ``DDIMScheduler`` and :func:`ddpo_grpo.sde.ddim_step` invert (epsilon is
+2022, §4); both are what ``DDIMScheduler`` and :func:`ddpo_grpo.kernels.ddim_step` invert (epsilon is
 the default and the one trained here). The 10 % empty prompts ``""`` are the pipeline's negative
 prompt, so classifier-free guidance ``ε_u + w (ε_c − ε_u)`` works.
 
