@@ -46,32 +46,30 @@ Config (init arguments, saved in model_index.json):
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from diffusers import DDIMScheduler, DDPMScheduler, DiffusionPipeline, ModelMixin
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.loaders.lora_base import LoraBaseMixin
-from diffusers.loaders.peft import PeftAdapterMixin
 from diffusers.utils import BaseOutput
 
-from foundation.plugins import USER_MODULE_PREFIX, import_user_file, trusted_packages
+from ddpo_grpo.denoiser_components import (
+    VARIANCE_TYPES,
+    check_scheduler,
+    import_component_modules,
+    user_module_files,
+    with_peft_adapters,
+)
+from ddpo_grpo.heatmaps import heatmap  # the names above stay importable from here (worlds and user code)
 
 TEXT_EMBEDDINGS = ("pooled", "sequence")
 UNCOND_MODES = ("zeros", "negative_prompt")
 PREVIEWS = ("", "heatmap")
-#: DDPMScheduler.variance_type -> the `ddpo_grpo.kernels.ddpm_step` variance it means
-VARIANCE_TYPES = {"fixed_small": "fixed_small", "fixed_small_log": "fixed_small", "fixed_large": "fixed_large"}
 
 
-# ----------------------------------------------------------------------------
-# The default sample-space hook
-# ----------------------------------------------------------------------------
+# ---- the default sample-space hook ----------------------------------------
 
 
 class SampleNormalizer(ModelMixin, ConfigMixin):
@@ -118,45 +116,7 @@ class SampleNormalizer(ModelMixin, ConfigMixin):
         return self.decode(x)
 
 
-def heatmap(samples: torch.Tensor, min_side: int = 64) -> torch.Tensor:
-    """Each sample as a greyscale image in [0, 1], min-max scaled per sample: ``[N, 3, k·d0, k·prod(rest)]``.
-
-    Each value is a k×k block, with the smallest k that makes the shorter side at least ``min_side`` pixels.
-    """
-    flat = samples.detach().float().reshape(samples.shape[0], samples.shape[1] if samples.ndim > 2 else 1, -1)
-    lo = flat.amin(dim=(1, 2), keepdim=True)  # [N, 1, 1]
-    hi = flat.amax(dim=(1, 2), keepdim=True)  # [N, 1, 1]
-    grey = (flat - lo) / (hi - lo).clamp_min(1e-12)  # [N, d0, rest]
-    k = max(1, -(-min_side // min(grey.shape[1:])))
-    grey = grey.repeat_interleave(k, dim=1).repeat_interleave(k, dim=2)  # [N, k·d0, k·rest]
-    return grey.unsqueeze(1).expand(-1, 3, -1, -1).contiguous()  # [N, 3, k·d0, k·rest]
-
-
-# ----------------------------------------------------------------------------
-# The pipeline
-# ----------------------------------------------------------------------------
-
-_PEFT_CLASSES: dict[type, type] = {}
-
-
-def with_peft_adapters(model: ModelMixin) -> ModelMixin:
-    """``model``, with diffusers' PeftAdapterMixin added to its class when it lacks it.
-
-    PeftAdapterMixin gives add_adapter, load_lora_adapter, disable_adapters, …: any ModelMixin then takes LoRA
-    adapters as diffusers' own models do.
-
-    The class is swapped in place for a subclass that keeps the original's name and module, so that
-    ``save_pretrained`` still names the user's class in model_index.json and loading finds it.
-    """
-    if isinstance(model, PeftAdapterMixin):
-        return model
-    cls = type(model)
-    mixed = _PEFT_CLASSES.get(cls)
-    if mixed is None:
-        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
-        mixed = _PEFT_CLASSES[cls] = type(cls.__name__, (cls, PeftAdapterMixin), namespace)
-    model.__class__ = mixed
-    return model
+# ---- the pipeline ---------------------------------------------------------
 
 
 @dataclass
@@ -164,27 +124,6 @@ class DenoiserPipelineOutput(BaseOutput):
     """samples: decoded samples (``output_type="samples"``) or the final x ([B, *sample_shape])."""
 
     samples: torch.Tensor
-
-
-def _check_scheduler(scheduler) -> None:
-    if not isinstance(scheduler, (DDPMScheduler, DDIMScheduler)):
-        raise ValueError(
-            f"DenoiserPipeline: scheduler must be a DDPMScheduler or DDIMScheduler, got "
-            f"{type(scheduler).__name__}; build one with DDPMScheduler(beta_schedule=..., ...)"
-        )
-    config = scheduler.config
-    if config.get("clip_sample", False) or config.get("thresholding", False):
-        raise ValueError(
-            "DenoiserPipeline: the scheduler has clip_sample=True or thresholding=True; the sampling "
-            "kernels (ddpo_grpo.kernels) do not clip x̂₀: build the scheduler with clip_sample=False, "
-            "thresholding=False (motion features are not bounded to [-1, 1])"
-        )
-    variance = config.get("variance_type", "fixed_small") if isinstance(scheduler, DDPMScheduler) else "fixed_small"
-    if variance not in VARIANCE_TYPES:
-        raise ValueError(
-            f"DenoiserPipeline: scheduler variance_type={variance!r} is not supported; use one of "
-            f"{list(VARIANCE_TYPES)} (learned variances need a second output head)"
-        )
 
 
 class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
@@ -219,7 +158,7 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
                 f"{type(denoiser).__name__}): subclass both, decorate __init__ with @register_to_config"
             )
         denoiser = with_peft_adapters(denoiser)
-        _check_scheduler(scheduler)
+        check_scheduler(scheduler)
         if (text_encoder is None) != (tokenizer is None):
             raise ValueError("DenoiserPipeline: give both text_encoder and tokenizer, or neither (unconditional)")
         shape = list(sample_shape) if sample_shape is not None else []
@@ -450,34 +389,12 @@ class DenoiserPipeline(DiffusionPipeline, LoraBaseMixin):
     # ---- save / load ----------------------------------------------------------------------------
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """``DiffusionPipeline.save_pretrained``, recording the files of components defined in user files."""
-        user_modules = {}
-        for _, component in self.components.items():
-            module = sys.modules.get(type(component).__module__) if component is not None else None
-            if module is not None and module.__name__.startswith(USER_MODULE_PREFIX):
-                user_modules[module.__name__] = str(Path(module.__file__).resolve())
-        self.register_to_config(user_modules=user_modules)
+        self.register_to_config(user_modules=user_module_files(self.components))
         super().save_pretrained(save_directory, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs):
-        """``DiffusionPipeline.from_pretrained``, first importing the modules its components' classes live in.
-
-        diffusers loads a component of a class outside diffusers / transformers only when its module is
-        already imported. Imported here, for a local directory: the user files of ``user_modules`` (written by
-        ``save_pretrained``), and installed modules of trusted packages (``plugins.trusted_packages``: ddpo_grpo and the
-        packages that plug into it through entry points, e.g. the embedded worlds). Anything else is left to
-        diffusers, whose error says to import the module first.
-        """
-        index = Path(os.path.expanduser(str(pretrained_model_name_or_path))) / "model_index.json"
-        if index.is_file():
-            config = json.loads(index.read_text())
-            for name, file in (config.get("user_modules") or {}).items():
-                if name not in sys.modules:
-                    import_user_file(file, name)
-            trusted = trusted_packages()
-            for value in config.values():
-                if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
-                    module = value[0]
-                    if module not in sys.modules and module.split(".")[0] in trusted:
-                        importlib.import_module(module)
+        """``DiffusionPipeline.from_pretrained``, first importing the modules its components' classes live in
+        (``denoiser_components.import_component_modules``: user files and trusted packages)."""
+        import_component_modules(pretrained_model_name_or_path)
         return super().from_pretrained(pretrained_model_name_or_path, **kwargs)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from foundation.atomic_io import replacing
 from foundation.images import to_uint8
 
 #: smallest side, in pixels, of a grid cell after enlarging
@@ -58,9 +58,8 @@ def captioned_grid(rows: Sequence, row_labels: Sequence[str], captions: Sequence
     info = PngInfo()
     info.add_text("captions", json.dumps(list(captions)))
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}-{os.getpid()}.png")
-    canvas.save(tmp, format="PNG", pnginfo=info)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        canvas.save(tmp, format="PNG", pnginfo=info)
     return path
 
 
@@ -163,8 +162,9 @@ def plot_metrics(
             top.set_xlabel("samples drawn", fontsize=8)
     fig.tight_layout()
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=90)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with replacing(path) as tmp:
+            fig.savefig(tmp, dpi=90)
+    finally:
+        plt.close(fig)
     return path

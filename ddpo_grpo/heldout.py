@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from ddpo_grpo.cadence import every
 from ddpo_grpo.evaluation import Scorers
 from ddpo_grpo.paired import MEAN, format_paired, paired_tables
+from foundation.atomic_io import atomic_write_text
 
 BEFORE_FILE = "eval_before.json"
 TRAIN = "train"
@@ -101,10 +101,7 @@ class HeldOut:
         if self.before is None:
             self.before = {"values": values, "groups": groups}
             if self.write:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.path.with_name(f".{BEFORE_FILE}-{os.getpid()}")
-                tmp.write_text(json.dumps(self.before))
-                os.replace(tmp, self.path)
+                atomic_write_text(self.path, json.dumps(self.before))
             return out
         self.tables = {n: paired_tables(self.before["values"][n], values[n], groups) for n in values}
         out.update(self._paired_metrics())

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 
 from ddpo_grpo.seeding import derive_seed
+from foundation.atomic_io import atomic_write_text
 
 PROBE_FILE = "probe_before.json"
 PROBE_EPOCH = 1_000_000  # the PromptSampler "epoch" of the probe's prompts: no training run draws it
@@ -63,10 +63,8 @@ class PairedProbe:
 
     def record_before(self, rewards: np.ndarray) -> None:
         self.before = np.asarray(rewards, dtype=np.float64)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{PROBE_FILE}.{os.getpid()}")
-        tmp.write_text(json.dumps({"rewards": [None if math.isnan(r) else r for r in self.before.tolist()]}))
-        os.replace(tmp, self.path)
+        rewards = [None if math.isnan(r) else r for r in self.before.tolist()]
+        atomic_write_text(self.path, json.dumps({"rewards": rewards}))
 
     def metrics(self, rewards: np.ndarray) -> dict:
         """probe/reward, and the paired difference to the untrained model with its standard error."""

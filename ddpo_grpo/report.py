@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from foundation.atomic_io import atomic_write_text, replacing
 
 #: keys of evaluation metrics that are counts, not metrics
 _COUNTS = ("num_samples", "not_applicable")
@@ -62,12 +63,10 @@ class RunReport:
 
         images, captions = self._images(sample)
         out = report_dir(self.run_dir)
-        tmp = out / f".before-{os.getpid()}.safetensors"
-        save_file({"images": images.contiguous().float().cpu()}, str(tmp))
-        os.replace(tmp, out / "before.safetensors")
-        tmp = out / f".before-{os.getpid()}.json"
-        tmp.write_text(json.dumps({"captions": list(captions), "metrics": _jsonable(eval_metrics)}, indent=2))
-        os.replace(tmp, out / "before.json")
+        with replacing(out / "before.safetensors") as tmp:
+            save_file({"images": images.contiguous().float().cpu()}, str(tmp))
+        info = {"captions": list(captions), "metrics": _jsonable(eval_metrics)}
+        atomic_write_text(out / "before.json", json.dumps(info, indent=2))
 
     def log_grid(self, sample: Callable, logger, *, epoch: int, global_step: int) -> None:
         """A grid of the fixed prompts' samples into samples/epoch_XXXXX.png and the tracker."""
@@ -190,10 +189,6 @@ def plot_metrics(run_dir, before_metrics: dict | None = None, group_by: str = ""
     paired = sorted({k.rsplit("/", 1)[0] for r in rows for k in r if k.startswith("paired/") and k.count("/") == 3})
     out = report_dir(run_dir) / "metrics.png"
     return draw(rows, out, before=before_metrics, headline=headline, groups=groups, group_by=group_by, paired=paired)
-
-
-def _num(value) -> float:
-    return float("nan") if value is None else float(value)
 
 
 def _fmt(value) -> str:
