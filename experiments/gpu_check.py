@@ -79,6 +79,8 @@ Options: --cases flux,sd3,wan; --strategies ddp,fsdp; --repeats N (timed pairs p
 runs' directories and the configs the planner reads; default /tmp/gpu_check_<torchrun's run id>, so that --out
 holds two files); --peak-tflops X (the card's peak dense bf16 TFLOP/s when it is not in the table; needed for an
 MFU on CPU).
+
+Result: ``gpu_check.json`` under ``--out``; what to read in it and the figures of a run: docs/scaling.md, "GPU check".
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ every block ≥ 64 KiB (MALLOC_MMAP_THRESHOLD_) so freed tensors leave the resid
 
 The bound of issue 36 item 2: growth ≤ (model bytes in the weight dtype) / 2 + one block + 15 %, printed beside the
 figures (the model's bytes and its largest block's, in the weight dtype, from the safetensors headers).
+
+Result: docs/scaling.md, "Loading, sampling and export without whole copies" (the table of growth per process).
 """
 
 from __future__ import annotations

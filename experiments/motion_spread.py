@@ -7,6 +7,8 @@ Euclidean joint distance (m), of the recovered joints ("world": with the root's 
 root's xz path removed ("pose"). Printed: mean ± SE over prompts, and the model / real ratio.
 
     OMP_NUM_THREADS=1 python experiments/motion_spread.py worlds/motion/models/mdm /tmp/other_mdm
+
+Result: docs/experiments/2026-11-26-motion-base.md (within-prompt variety) and worlds/motion/README.md.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ flow sigmas, flow_shift 3), two prompts, CFG 4.5, noise level 0, per step count:
   built with ``scheduler="euler"``: what the adapter sampled before);
 * what the gap is made of: FlowMatchEuler on UniPC's grid with t = 1000·σ (the policy's sampler, = the kit's
   reference) and with UniPC's int(1000·σ) timesteps, each against UniPC.
+
+Result: docs/experiments/2026-11-27-wan-grid-guidance-experts.md §1.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ samples per process, minibatches of 4, CFG 3.0 / 1.5, on 2 CPU processes (gloo).
 median of ``perf/train_s`` (the update phase) and ``perf/sample_s``; the variants alternate, so load drifts hit both.
 Also printed: the largest difference of the final LoRA weights to ``both``'s (the same gradients, summed in another
 order).
+
+Result: docs/experiments/2026-11-27-wan-grid-guidance-experts.md §4.
 """
 
 from __future__ import annotations

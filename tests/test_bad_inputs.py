@@ -4,8 +4,7 @@ Table-driven: each case is a command line (on the tiny config), the exit status 
 message must contain. Refusals are exit status 2 with no traceback, checked before any model is loaded, so
 none of them may create the run directory. Then the NaN cases (exit status 1, nothing non-finite saved), the
 resume cases (a corrupt newest checkpoint falls back to the previous one; another LoRA rank is explained) and
-the other scripts' early refusals. ``experiments/bad_inputs_battery.py`` runs the same table as subprocesses
-against any checkout, to count what passes.
+the other scripts' early refusals.
 """
 
 import json

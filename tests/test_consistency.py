@@ -1,4 +1,4 @@
-"""Degradations: specs and the differentiable loss operator (ddpo_grpo/consistency.py), the simulation of
+"""Degradations: specs and the differentiable loss operator (ddpo_grpo/degradations.py), the simulation of
 restoration data (worlds/shapes_i2i/degradations.py)."""
 
 import numpy as np

@@ -4,6 +4,8 @@
         [--num_steps 20 --max_sequence_length 8 --per_group 48 --seed 0]
 
 The samples are exactly those of scripts/evaluate.py with the same flags (ddpo_grpo.evaluation.evaluate).
+
+Measures nothing itself: it feeds the judge studies of docs/experiments/2026-11-26-independent-judge.md §1.
 """
 
 from __future__ import annotations

@@ -1,38 +1,17 @@
-"""Issue 24's "done when", per model family, on pipelines built HERE from diffusers / transformers classes alone
-(not ddpo_grpo.tiny's builders: other sizes, 64 px, and variants the kit's builders do not cover: a FLUX.1-schnell-like
-transformer without guidance embeddings, a Wan 2.1-style image-to-video pipeline with a CLIP image encoder):
-
-    1. build and save the pipeline (random weights; tokenizers built locally);
-    2. python scripts/train.py --config config/base.py --config.pretrained.model=DIR (64 px, 4 steps, LoRA, 2 epochs,
-       the ``redness`` reward; editing families with a .jsonl of rows carrying source_image; Wan with 5 frames);
-    3. check: every metric finite, train/logp_mismatch ≤ 1e-4, and final/ loads in the plain diffusers pipeline
-       (``from_pretrained(DIR).load_lora_weights(final)``) and changes its output.
-
-    python experiments/families_done_when.py [--only flux,wan] [--keep DIR]
-
-Prints one line per family and a table; exit status 1 if any family fails. The experiment of
-docs/experiments/2026-11-25-model-families.md §4 (its builders are deliberately independent of the library's); the
-suite's per-family check is tests/test_family_train.py, driven by the family specs (``ddpo_grpo.policies.family``), so
-a new family needs no line here.
-"""
+"""Tiny pipelines of the newer families built from diffusers / transformers classes alone, at sizes and in variants
+the library's own builders (``ddpo_grpo.tiny``) do not make: a FLUX.1-schnell-like transformer without guidance
+embeddings, a Wan 2.1-style image-to-video pipeline with a CLIP image encoder, 8x-downsampling VAEs. Used by
+tests/test_independent_families.py (the library trains a model it did not build; docs/experiments/2026-11-25-model-families.md
+§4, first run as experiments/families_done_when.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
-import os
 import string
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
 HIDDEN = 48
 CHARS = string.ascii_lowercase + string.digits + " .,"
 
@@ -114,12 +93,15 @@ def video_vae_kwargs(z: int):
 
 
 # ---------------------------------------------------------------------------------------------- pipelines
-def build(family: str, path: Path):
+def build(family: str, path: Path) -> str:
+    """Family ``family``'s pipeline (a name of ``FAMILIES``), random weights, saved to ``path``; its class name."""
     import diffusers as d
     import transformers as t
 
     torch.manual_seed(1)
-    tmp = Path(tempfile.mkdtemp())
+    path = Path(path)
+    tmp = path.parent / f"_{path.name}_tokenizer"  # the CLIP tokenizer's vocabulary files, read once
+    tmp.mkdir(parents=True, exist_ok=True)
     if family in ("flux", "kontext"):
         ct, cv = clip_tokenizer(tmp)
         t5 = t5_tokenizer()
@@ -198,6 +180,7 @@ def build(family: str, path: Path):
     return type(pipe).__name__
 
 
+#: the families built here; "flux" without guidance embeddings (FLUX.1-schnell-like), "wan_i2v" in Wan 2.1's layout
 FAMILIES = (
     "flux",
     "kontext",
@@ -209,109 +192,3 @@ FAMILIES = (
     "wan",
     "wan_i2v",
 )
-CONDITIONED = {"kontext", "qwen_image_edit", "qwen_image_edit_plus", "wan_i2v"}
-
-
-def prompts_file(tmp: Path) -> Path:
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    path = tmp / "rows.jsonl"
-    with open(path, "w") as f:
-        for i, text in enumerate(["make it red", "a blue square", "a green circle", "two yellow dots"]):
-            image = tmp / f"src{i}.png"
-            Image.fromarray((rng.random((64, 64, 3)) * 255).astype(np.uint8)).save(image)
-            f.write(json.dumps({"prompt": text, "source_image": str(image)}) + "\n")
-    return path
-
-
-def train(family: str, model: Path, tmp: Path) -> tuple[list[dict], Path, float]:
-    args = [
-        "--config", str(REPO / "config" / "base.py"), f"--config.pretrained.model={model}",
-        f"--config.logdir={tmp / 'logs'}", "--config.run_name=run", "--config.num_epochs=2",
-        "--config.sample.resolution=64", "--config.sample.num_steps=4", "--config.sample.eval_num_steps=4",
-        "--config.sample.batch_size=2", "--config.sample.group_size=2", "--config.sample.num_batches_per_epoch=1",
-        "--config.sample.max_sequence_length=256", "--config.train.batch_size=2", "--config.train.learning_rate=1e-2",
-        "--config.reward.fns={'redness': 1.0}", "--config.logging.tracker=none", "--config.logging.progress=False",
-        f"--config.prompts.source={prompts_file(tmp)}",
-    ]  # fmt: skip
-    if family.startswith("wan"):
-        args.append("--config.sample.num_frames=5")
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "train.py"), *args], capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if proc.returncode:
-        raise RuntimeError(f"train.py exited {proc.returncode}: {(proc.stdout + proc.stderr)[-1500:]}")
-    run = tmp / "logs" / "run"
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()], run / "final", seconds
-
-
-def plain_output(family: str, model: Path, final: Path | None, tmp: Path):
-    """The plain diffusers pipeline's output (2 steps, fixed latents), with the final LoRA loaded when given."""
-    import diffusers
-    from PIL import Image
-
-    index = json.loads((model / "model_index.json").read_text())
-    pipe = getattr(diffusers, index["_class_name"]).from_pretrained(model)
-    pipe.set_progress_bar_config(disable=True)
-    if final is not None:
-        pipe.load_lora_weights(final)
-        second = final / "pytorch_lora_weights_transformer_2.safetensors"
-        if second.is_file():
-            pipe.load_lora_weights(final, weight_name=second.name, load_into_transformer_2=True)
-    kw = dict(prompt="make it red", num_inference_steps=2, height=64, width=64, output_type="pt",
-              generator=torch.Generator().manual_seed(0))  # fmt: skip
-    if family in CONDITIONED:
-        kw["image"] = Image.open(tmp / "src0.png").convert("RGB")
-    if family == "kontext":
-        kw.update(max_area=64 * 64, _auto_resize=False)
-    if family.startswith("wan"):
-        kw["num_frames"] = 5
-    out = pipe(**kw)
-    return (out.frames if hasattr(out, "frames") else out.images).float()
-
-
-def check(family: str, keep: Path | None) -> dict:
-    tmp = Path(tempfile.mkdtemp(dir=keep))
-    model = tmp / "model"
-    cls = build(family, model)
-    rows, final, seconds = train(family, model, tmp)
-    finite = all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float))
-    mismatch = max(r["train/logp_mismatch"] for r in rows)
-    base = plain_output(family, model, None, tmp)
-    tuned = plain_output(family, model, final, tmp)
-    change = (tuned - base).abs().max().item()
-    ok = finite and mismatch <= 1e-4 and change > 1e-6 and len(rows) == 2
-    return dict(family=family, pipeline=cls, epochs=len(rows), finite=finite, logp_mismatch=mismatch,
-                lora_change=change, seconds=seconds, ok=ok)  # fmt: skip
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--only", default="", help="comma list of families (default: all)")
-    p.add_argument("--keep", default=None, help="directory to build and train in (default: a temporary one)")
-    args = p.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    families = [f for f in args.only.split(",") if f] or list(FAMILIES)
-    results = []
-    for family in families:
-        try:
-            r = check(family, Path(args.keep) if args.keep else None)
-        except Exception as exc:  # report and go on with the next family
-            r = dict(family=family, ok=False, error=f"{type(exc).__name__}: {exc}"[-600:])
-        results.append(r)
-        print(json.dumps(r), flush=True)
-    print(f"\n{'family':<22}{'pipeline':<28}{'epochs':>7}{'finite':>8}{'logp mismatch':>15}{'LoRA Δ':>10}{'s':>7}  ok")
-    for r in results:
-        if "error" in r:
-            print(f"{r['family']:<22}ERROR {r['error'][:90]}")
-            continue
-        print(
-            f"{r['family']:<22}{r['pipeline']:<28}{r['epochs']:>7}{r['finite']!s:>8}{r['logp_mismatch']:>15.2e}"
-            f"{r['lora_change']:>10.2e}{r['seconds']:>7.0f}  {r['ok']}"
-        )
-    return 0 if all(r["ok"] for r in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
