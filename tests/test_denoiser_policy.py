@@ -190,6 +190,19 @@ def test_save_load_round_trip(tiny_denoiser):
     torch.testing.assert_close(loaded.decode(x), x * 2.0 + 0.5 * torch.arange(8.0))
 
 
+def test_names_that_moved_out_stay_importable_from_the_pipeline_module():
+    """Saved pipelines, worlds and user code import these from ddpo_grpo.denoiser_pipeline (and its old path)."""
+    import ddpo_grpo.denoiser_components as components
+    import ddpo_grpo.denoiser_pipeline as module
+    import ddpo_grpo.heatmaps as heatmaps
+    import ddpo_grpo.pipelines as old_path
+
+    for name in ("VARIANCE_TYPES", "with_peft_adapters"):
+        assert getattr(module, name) is getattr(components, name) is getattr(old_path, name)
+    assert module.heatmap is heatmaps.heatmap and old_path.SampleNormalizer is SampleNormalizer
+    assert SampleNormalizer.__module__ == "ddpo_grpo.denoiser_pipeline"  # what model_index.json files name
+
+
 def test_adapter_kernel_choice_and_shape(tiny_denoiser):
     from ddpo_grpo.policies.sd import SDPolicy
 
