@@ -12,15 +12,13 @@ docs/experiments/2026-11-27-real-size-and-scale.md (Wan I2V on the checkpoint's 
 ``--euler-grid``: a Wan policy samples FlowMatchEuler's shifted grid instead of the checkpoint's UniPC grid (what it
 did before issue 32); ``--deterministic-last``: an SDE window over every step but the last.
 
-The kit's run (its settings, config and prompt rows) is copied here from tests/adapter_kit.py and
-tests/test_adapter_kit.py, not imported (an experiment does not import the tests); the ``# Copied from`` markers make
-tests/test_copies.py fail when a copy drifts from the kit.
+The kit's run (its settings, config and prompt rows) comes from the kit's module, tests/adapter_kit.py, as
+experiments/kit_table.py's figures do: no test module is imported, and the run is the kit's, not a copy of it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -30,108 +28,8 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-TESTS = REPO / "tests"  # where the kit's reward file lives (kit_rewards.py: the denoiser's feature mean)
 
-from ddpo_grpo.policies import families  # noqa: E402
-
-# Copied from tests.adapter_kit.PROMPTS
-PROMPTS = ["a red circle", "two blue squares", "a green cat on a mat"]
-
-# Copied from tests.adapter_kit.SMALL_SOURCE
-SMALL_SOURCE = 32 * 32
-
-# Copied from tests.adapter_kit.EDIT_FAMILIES
-EDIT_FAMILIES = ("QwenImageEditPipeline", "QwenImageEditPlusPipeline")
-
-# Copied from tests.adapter_kit._built
-_built: dict[str, str] = {}
-
-# Copied from tests.test_adapter_kit.LEARNING_RUN
-LEARNING_RUN = {
-    "num_epochs": 10,
-    "save_freq": 0,
-    "sample.num_steps": 4,
-    "sample.batch_size": 16,
-    "sample.num_batches_per_epoch": 4,
-    "sample.group_size": 8,
-    "sample.share_group_noise": True,
-    "train.batch_size": 16,
-    "train.use_lora": False,
-    "train.learning_rate": 3e-2,
-    "train.clip_range": 100.0,
-}
-
-
-# Copied from tests.adapter_kit.family_dir
-def family_dir(root: Path, family: str) -> str:
-    """The family's tiny pipeline directory, built once per process."""
-    from ddpo_grpo.tiny import FAMILIES as BUILDERS
-
-    if family not in _built:
-        path = Path(root) / family
-        BUILDERS[family](path)
-        _built[family] = str(path)
-    return _built[family]
-
-
-# Copied from tests.test_adapter_kit.policy_class_of
-def policy_class_of(family: str):
-    return families()[family].adapter
-
-
-# Copied from tests.test_adapter_kit.kit_config with Path(__file__).parent->TESTS
-def kit_config(root: Path, tmp_path: Path, family: str, **overrides):
-    """A two-epoch LoRA run of the family's tiny pipeline on ``redness`` (images and videos): config/tiny.py's tiny
-    variant, on the kit's pipeline directory and prompt rows (with source-image files), 2 steps."""
-    from config.tiny import tiny_family
-
-    cls = policy_class_of(family)
-    cfg = tiny_family(family, image_conditioned=cls.image_conditioned, video=cls.sample_kind == "video")
-    cfg.logdir, cfg.run_name = str(tmp_path / "logs"), "run"
-    cfg.pretrained.model = family_dir(root, family)
-    cfg.sample.num_steps, cfg.sample.max_sequence_length = 2, 256
-    cfg.sample.source_pixels = SMALL_SOURCE if family in EDIT_FAMILIES else 0
-    cfg.reward.num_workers, cfg.logging.progress = 0, False
-    if cls.sample_kind == "array":  # neither images nor videos: a dense mean of the decoded values
-        cfg.reward.sources = {"redness": f"{TESTS / 'kit_rewards.py'}:feature_mean"}
-    cfg.prompts.source = write_prompts(tmp_path)
-    for key, value in overrides.items():
-        node = cfg
-        *path, leaf = key.split(".")
-        for part in path:
-            node = node[part]
-        node[leaf] = value
-    return cfg
-
-
-# Copied from tests.test_adapter_kit.write_prompts
-def write_prompts(tmp_path: Path, n: int = 4) -> str:
-    """A .jsonl of n rows, each with a source image file (read by image-conditioned families only)."""
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "prompts.jsonl"
-    with open(path, "w") as f:
-        for i in range(n):
-            image = tmp_path / f"source_{i}.png"
-            Image.fromarray((rng.random((32, 32, 3)) * 255).astype(np.uint8)).save(image)
-            f.write(json.dumps({"prompt": PROMPTS[i % len(PROMPTS)], "source_image": str(image)}) + "\n")
-    return str(path)
-
-
-# Copied from tests.test_adapter_kit.run_trainer
-def run_trainer(cfg):
-    from ddpo_grpo.trainer import Trainer
-
-    trainer = Trainer(cfg)
-    trainer.run()
-    return trainer
-
-
-# Copied from tests.test_adapter_kit.metrics
-def metrics(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+from tests.adapter_kit import LEARNING_RUN, kit_config, metrics, run_trainer  # noqa: E402
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-"""The adapter test kit's builders and measurements, shared by its tests (tests/test_adapter_kit.py) and the table of
-its figures (experiments/kit_table.py). Two modes per family:
+"""The adapter test kit's builders and measurements, shared by its tests (tests/test_adapter_kit.py), the table of
+its figures (experiments/kit_table.py) and its learning check's traces (experiments/kit_learning.py). Two modes per family:
 
     tiny          the family's tiny pipeline (``FamilySpec.tiny_builder``), float32, ``settings``
     real config   a checkpoint's shipped configs (``FamilySpec.checkpoints``, ``ddpo_grpo.tiny.from_configs``) with the
@@ -13,6 +13,7 @@ random VAE in bf16 differ by more than the latents do: the VAE's own rounding, n
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -313,3 +314,77 @@ def decoder_dtypes(vae, run) -> list[torch.dtype]:
     finally:
         handle.remove()
     return seen
+
+
+# ---- the trainer runs of the kit (tests/test_adapter_kit.py, section 8; experiments/kit_learning.py) -----------
+def policy_class_of(family: str):
+    return families()[family].adapter
+
+
+def kit_config(root: Path, tmp_path: Path, family: str, **overrides):
+    """A two-epoch LoRA run of the family's tiny pipeline on ``redness`` (images and videos): config/tiny.py's tiny
+    variant, on the kit's pipeline directory and prompt rows (with source-image files), 2 steps."""
+    from config.tiny import tiny_family
+
+    cls = policy_class_of(family)
+    cfg = tiny_family(family, image_conditioned=cls.image_conditioned, video=cls.sample_kind == "video")
+    cfg.logdir, cfg.run_name = str(tmp_path / "logs"), "run"
+    cfg.pretrained.model = family_dir(root, family)
+    cfg.sample.num_steps, cfg.sample.max_sequence_length = 2, 256
+    cfg.sample.source_pixels = SMALL_SOURCE if family in EDIT_FAMILIES else 0
+    cfg.reward.num_workers, cfg.logging.progress = 0, False
+    if cls.sample_kind == "array":  # neither images nor videos: a dense mean of the decoded values
+        cfg.reward.sources = {"redness": f"{Path(__file__).parent / 'kit_rewards.py'}:feature_mean"}
+    cfg.prompts.source = write_prompts(tmp_path)
+    for key, value in overrides.items():
+        node = cfg
+        *path, leaf = key.split(".")
+        for part in path:
+            node = node[part]
+        node[leaf] = value
+    return cfg
+
+
+def write_prompts(tmp_path: Path, n: int = 4) -> str:
+    """A .jsonl of n rows, each with a source image file (read by image-conditioned families only)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "prompts.jsonl"
+    with open(path, "w") as f:
+        for i in range(n):
+            image = tmp_path / f"source_{i}.png"
+            Image.fromarray((rng.random((32, 32, 3)) * 255).astype(np.uint8)).save(image)
+            f.write(json.dumps({"prompt": PROMPTS[i % len(PROMPTS)], "source_image": str(image)}) + "\n")
+    return str(path)
+
+
+def run_trainer(cfg):
+    from ddpo_grpo.trainer import Trainer
+
+    trainer = Trainer(cfg)
+    trainer.run()
+    return trainer
+
+
+def metrics(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+#: the learning check's run: the best of the settings tried on tiny random-weight pipelines
+#: (docs/experiments/2026-11-25-model-families.md): full fine-tuning, AdamW 3e-2, no effective PPO clip, groups of 8
+#: sharing their initial noise, 64 samples and 4 optimizer steps per epoch
+LEARNING_RUN = {
+    "num_epochs": 10,
+    "save_freq": 0,
+    "sample.num_steps": 4,
+    "sample.batch_size": 16,
+    "sample.num_batches_per_epoch": 4,
+    "sample.group_size": 8,
+    "sample.share_group_noise": True,
+    "train.batch_size": 16,
+    "train.use_lora": False,
+    "train.learning_rate": 3e-2,
+    "train.clip_range": 100.0,
+}

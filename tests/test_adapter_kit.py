@@ -32,7 +32,6 @@ Slow checks run with ``pytest -m slow``; ``-m "slow or not slow"`` runs everythi
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -45,18 +44,20 @@ from ddpo_grpo.policies import ADAPTERS, build_policy, families, load_pipeline, 
 from ddpo_grpo.rollout import transition_inputs
 from tests.adapter_kit import (
     EDIT_FAMILIES,
-    PROMPTS,
-    SMALL_SOURCE,
+    LEARNING_RUN,
     STEPS,
     TOLERANCE,
     checkpoint_of,
     decoder_dtypes,
     family_dir,
     grid_gap,
+    kit_config,
     logp_mismatch,
     lora_reload,
     make_policy,
+    metrics,
     pipeline_sources_as,
+    policy_class_of,
     randomise_lora,
     real_dir,
     real_policy,
@@ -64,6 +65,7 @@ from tests.adapter_kit import (
     rollout,
     rollout_gap,
     rows,
+    run_trainer,
     settings,
 )
 
@@ -78,10 +80,6 @@ def tiny_root(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _one_thread(one_thread):
     """(tiny models: one intra-op thread is fastest, see tests/conftest.py)"""
-
-
-def policy_class_of(family: str):
-    return families()[family].adapter
 
 
 # ----------------------------------------------------------------------------------------------- 1. registration
@@ -214,57 +212,6 @@ def test_bad_settings_and_rows_are_named(tiny_root, family):
 
 
 # ----------------------------------------------------------------------------------------------- 8. the trainer
-def kit_config(root: Path, tmp_path: Path, family: str, **overrides):
-    """A two-epoch LoRA run of the family's tiny pipeline on ``redness`` (images and videos): config/tiny.py's tiny
-    variant, on the kit's pipeline directory and prompt rows (with source-image files), 2 steps."""
-    from config.tiny import tiny_family
-
-    cls = policy_class_of(family)
-    cfg = tiny_family(family, image_conditioned=cls.image_conditioned, video=cls.sample_kind == "video")
-    cfg.logdir, cfg.run_name = str(tmp_path / "logs"), "run"
-    cfg.pretrained.model = family_dir(root, family)
-    cfg.sample.num_steps, cfg.sample.max_sequence_length = 2, 256
-    cfg.sample.source_pixels = SMALL_SOURCE if family in EDIT_FAMILIES else 0
-    cfg.reward.num_workers, cfg.logging.progress = 0, False
-    if cls.sample_kind == "array":  # neither images nor videos: a dense mean of the decoded values
-        cfg.reward.sources = {"redness": f"{Path(__file__).parent / 'kit_rewards.py'}:feature_mean"}
-    cfg.prompts.source = write_prompts(tmp_path)
-    for key, value in overrides.items():
-        node = cfg
-        *path, leaf = key.split(".")
-        for part in path:
-            node = node[part]
-        node[leaf] = value
-    return cfg
-
-
-def write_prompts(tmp_path: Path, n: int = 4) -> str:
-    """A .jsonl of n rows, each with a source image file (read by image-conditioned families only)."""
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "prompts.jsonl"
-    with open(path, "w") as f:
-        for i in range(n):
-            image = tmp_path / f"source_{i}.png"
-            Image.fromarray((rng.random((32, 32, 3)) * 255).astype(np.uint8)).save(image)
-            f.write(json.dumps({"prompt": PROMPTS[i % len(PROMPTS)], "source_image": str(image)}) + "\n")
-    return str(path)
-
-
-def run_trainer(cfg):
-    from ddpo_grpo.trainer import Trainer
-
-    trainer = Trainer(cfg)
-    trainer.run()
-    return trainer
-
-
-def metrics(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-
-
 #: families whose exact resume runs in the default suite (the two-expert, image-conditioned video adapter: the
 #: trainer sees the most family-specific state there); the others are slow-marked (three trainer runs each)
 RESUME_DEFAULT = ("WanImageToVideoPipeline",)
@@ -285,24 +232,6 @@ def test_exact_resume(tiny_root, family, tmp_path):
     for key in ("reward/mean", "train/loss", "train/grad_norm", "train/logp_mismatch"):
         assert a[1][key] == b[1][key], key
     assert all(math.isfinite(r["train/loss"]) and r["train/logp_mismatch"] <= 1e-4 for r in a)
-
-
-#: the learning check's run: the best of the settings tried on tiny random-weight pipelines
-#: (docs/experiments/2026-11-25-model-families.md): full fine-tuning, AdamW 3e-2, no effective PPO clip, groups of 8
-#: sharing their initial noise, 64 samples and 4 optimizer steps per epoch
-LEARNING_RUN = {
-    "num_epochs": 10,
-    "save_freq": 0,
-    "sample.num_steps": 4,
-    "sample.batch_size": 16,
-    "sample.num_batches_per_epoch": 4,
-    "sample.group_size": 8,
-    "sample.share_group_noise": True,
-    "train.batch_size": 16,
-    "train.use_lora": False,
-    "train.learning_rate": 3e-2,
-    "train.clip_range": 100.0,
-}
 
 
 #: the families whose tiny pipeline the learning check moves by ≥ 3 σ in 10 epochs (measured, seeded, deterministic on
