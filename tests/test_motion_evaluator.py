@@ -170,10 +170,10 @@ def test_training_reproducible_and_resumable(tmp_path):
 
 
 def test_train_script_tiny(tmp_path):
-    from tests.conftest import load_script
+    from worlds.motion.__main__ import main
 
-    load_script("train_motion_evaluator").main(["--out", str(tmp_path / "run"), "--tiny", "--steps", "2", "--dim", "8"])
+    main(["train-evaluator", "--out", str(tmp_path / "run"), "--tiny", "--steps", "2", "--dim", "8"])
     ev = load_evaluator(tmp_path / "run" / "final")
     assert ev.cfg.dim == 8 and ev.config_json["train"]["steps"] == 2
     with pytest.raises(SystemExit):
-        load_script("train_motion_evaluator").main(["--out", str(tmp_path / "x"), "--resume"])
+        main(["train-evaluator", "--out", str(tmp_path / "x"), "--resume"])

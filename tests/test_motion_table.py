@@ -79,10 +79,10 @@ def test_table_against_itself_and_its_format(scored):
 
 
 def test_table_cli_reads_sample_directories(tmp_path, scored, capsys):
-    """python -m worlds.motion.table DIR: motion files through read_samples, a bad one refused in one line."""
+    """python -m worlds.motion table DIR: motion files through read_samples, a bad one refused in one line."""
     import json
 
-    from worlds.motion.table import _main
+    from worlds.motion.__main__ import main
 
     feats, prompts, _, _ = scored
     lines = []
@@ -90,12 +90,12 @@ def test_table_cli_reads_sample_directories(tmp_path, scored, capsys):
         np.save(tmp_path / f"{i:05d}.npy", np.asarray(x, dtype=np.float32))
         lines.append(json.dumps({"prompt": p, "file": f"{i:05d}.npy"}))
     (tmp_path / "index.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    _main([str(tmp_path), "--boot", "20"])
+    main(["table", str(tmp_path), "--boot", "20"])
     out = capsys.readouterr().out
     assert "| R-precision top-1 ↑ | 1.000 ± 0.000 |" in out and "B = 20" in out
     np.save(tmp_path / "00003.npy", np.asarray(feats[3])[:, :200])
     with pytest.raises(SystemExit) as exc:
-        _main([str(tmp_path), "--boot", "0"])
+        main(["table", str(tmp_path), "--boot", "0"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "00003.npy" in err and "(96, 200)" in err and "263" in err

@@ -1,11 +1,11 @@
-"""ShapesWorld pretraining (worlds/shapes/pretrain/, scripts/pretrain_shapes.py) at toy sizes."""
+"""ShapesWorld pretraining (worlds/shapes/pretrain/, ``python -m worlds.shapes pretrain``) at toy sizes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,10 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("pretrain_shapes", REPO / "scripts" / "pretrain_shapes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """``python -m worlds.shapes pretrain`` as a ``main(argv)``."""
+    from worlds.shapes.__main__ import main
+
+    return SimpleNamespace(main=lambda argv: main(["pretrain", *argv]))
 
 
 def _log(out: Path) -> list[dict]:

@@ -1,6 +1,6 @@
 """The core's pretraining loop (ddpo_grpo/pretraining/) on a tiny MotionWorld recipe (worlds/motion/pretrain.py).
 
-A tiny MDM run through scripts/pretrain_motion.py: checkpoints, bit-exact resume, the resume rules, the
+A tiny MDM run through ``python -m worlds.motion pretrain``: checkpoints, bit-exact resume, the resume rules, the
 exported DenoiserPipeline and its evaluation (strict judge and physics per test-split task); the loop's
 pieces (LR schedule, recipe contract, evaluation leaving the training randomness alone); the word-level
 tokenizer; the recipe's text encoding equal to the pipeline's.
@@ -18,8 +18,8 @@ import torch
 from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint
 from ddpo_grpo.pretraining import FINAL_EVAL, LOG_FILE, Recipe, Stage, lr_at, start
 from ddpo_grpo.pretraining.tokenizer import build_word_tokenizer
-from tests.conftest import load_script
 from worlds.motion import all_prompts
+from worlds.motion.__main__ import main as motion_command
 from worlds.motion.pretrain import MDMRecipe, MotionConfig, encode_text, grammar_words
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -111,10 +111,12 @@ def test_tiny_motion_pretraining_resumes_exactly(tmp_path, capsys):
     from ddpo_grpo.policies import load_pipeline
     from worlds.motion.model import MotionDenoiser, MotionNormalizer
 
-    script = load_script("pretrain_motion")
+    def pretrain(argv):
+        return motion_command(["pretrain", *argv])
+
     out = tmp_path / "mdm"
     argv = ["--out", str(out), "--tiny", "--steps", "4", "--ckpt_every", "2"]
-    script.main(argv)
+    pretrain(argv)
     assert [p.name for p in list_checkpoints(out)][-2:] == ["epoch_000002", "epoch_000004"]
     ref = load_checkpoint(out / "checkpoints" / "epoch_000004")
     assert set(ref["tensors"]) == {"text_encoder", "denoiser", "ema_denoiser", "ema_text_encoder"}
@@ -129,10 +131,10 @@ def test_tiny_motion_pretraining_resumes_exactly(tmp_path, capsys):
     shutil.rmtree(out / "checkpoints" / "epoch_000004")
     shutil.rmtree(out / "final")
     with pytest.raises(FileExistsError):
-        script.main(argv)  # refuses to overwrite a run without --resume
+        pretrain(argv)  # refuses to overwrite a run without --resume
     with pytest.raises(SystemExit, match="saved config"):
-        script.main(argv + ["--resume", "--lr", "0.5"])
-    script.main(argv + ["--resume"])
+        pretrain(argv + ["--resume", "--lr", "0.5"])
+    pretrain(argv + ["--resume"])
     assert _losses(out)[4:] == first[2:]  # steps 3 and 4 again, same losses
     again = load_checkpoint(out / "checkpoints" / "epoch_000004")
     for stem, sd in ref["tensors"].items():
@@ -141,7 +143,7 @@ def test_tiny_motion_pretraining_resumes_exactly(tmp_path, capsys):
 
     # a larger --steps extends the finished run; evaluation flags may change on resume
     capsys.readouterr()
-    script.main(argv[:-4] + ["--steps", "5", "--final_eval_per_task", "0", "--eval_guidance", "1.0", "--resume"])
+    pretrain(argv[:-4] + ["--steps", "5", "--final_eval_per_task", "0", "--eval_guidance", "1.0", "--resume"])
     assert "eval_guidance=1.0 (was 2.5)" in capsys.readouterr().out
     assert list_checkpoints(out)[-1].name == "epoch_000005"
 

@@ -165,7 +165,7 @@ def test_connected_components_8_connectivity():
     assert len(np.unique(comp[comp >= 0])) == 4
 
 
-#: measured with `python -m worlds.shapes.judge --calibrate --n 500`: 1.000 in every cell (positives and hard
+#: measured with `python -m worlds.shapes calibration --calibrate --n 500`: 1.000 in every cell (positives and hard
 #: negatives, every task, every perturbation). Floors below are conservative for n = 25.
 FLOORS = {
     "clean": 0.99,

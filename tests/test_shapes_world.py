@@ -210,7 +210,7 @@ def test_split_files_ship_and_parse():
     rows = {}
     for split in ("train", "test"):
         path = P.split_path(split)
-        assert path.is_file(), f"{path} missing: run scripts/make_shapes_split.py"
+        assert path.is_file(), f"{path} missing: run python -m worlds.shapes split"
         rows[split] = P.load_split(split)
         for row in rows[split]:
             assert set(row) == {"prompt", "task", "objects", "relation"}
@@ -271,12 +271,7 @@ def test_split_holds_out_compositions():
     assert not singles & held
 
 
-def test_split_script_check_passes(capsys):
-    import importlib.util
-    from pathlib import Path
+def test_split_command_check_passes(capsys):
+    from worlds.shapes.__main__ import main
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "make_shapes_split.py"
-    spec = importlib.util.spec_from_file_location("make_shapes_split", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.main(["--check"]) == 0
+    assert main(["split", "--check"]) == 0

@@ -3,13 +3,15 @@
 * :mod:`.loop` — :class:`Pretrainer` (stages, AdamW and the LR schedule, clipping, EMA with warm-up,
   logging, evaluation, checkpoints and exact resume, export and reload), :class:`Recipe` (what a model
   family and its world supply: models, stages, losses, data, pipeline, evaluation rows and reward),
-  :class:`Stage`, :func:`start`, :func:`run`;
+  :func:`start`, :func:`run`;
+* :mod:`.stage` — :class:`Stage` and :func:`denoiser_stage`, the one-stage wiring the denoiser recipes share;
 * :mod:`.config` — :class:`PretrainConfig` (the fields every recipe shares), the ``--resume`` rules;
 * :mod:`.tokenizer` — a word-level ``CLIPTokenizer`` learned on a grammar's words;
 * :mod:`.cli` — the command line of a pretraining script (one flag per config field).
 
-Recipes: ``worlds/shapes/pretrain/`` (SD3, SD; ``scripts/pretrain_shapes.py``),
-``worlds/motion/pretrain.py`` (MDM; ``scripts/pretrain_motion.py``).
+Recipes: ``worlds/shapes/pretrain/`` (SD3, SD; ``python -m worlds.shapes pretrain``),
+``worlds/motion/pretrain.py`` (MDM; ``python -m worlds.motion pretrain``), ``worlds/shapes_i2i/pretrain.py``
+(InstructPix2Pix; ``python -m worlds.shapes_i2i pretrain``).
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from ddpo_grpo.pretraining.loop import (
     LOG_FILE,
     Pretrainer,
     Recipe,
-    Stage,
     TrainingData,
     lr_at,
     run,
     start,
 )
+from ddpo_grpo.pretraining.stage import Stage, denoiser_stage
 
 __all__ = [
     "EVAL_SEED",
@@ -40,6 +42,7 @@ __all__ = [
     "ResumeError",
     "Stage",
     "TrainingData",
+    "denoiser_stage",
     "lr_at",
     "resumed_config",
     "run",

@@ -2,6 +2,7 @@
 
     parser = config_parser(config_cls, description)   # --out, --resume, --threads, --tiny + one flag per field
     main_for(recipe_cls, argv, parser)                 # parse, build the config, run / resume, print the result
+    run_parsed(recipe_cls, vars(args), skip=("command",))  # the same on a subcommand's parsed flags
 
 A field's flag parses as its annotation says: ``tuple[float, ...]`` from ``"1,2,3"``, ``str | None`` with
 ``none`` / ``""`` for None. Flags not given do not appear in the namespace (``argparse.SUPPRESS``), so a
@@ -70,10 +71,15 @@ def main_for(recipe_cls, argv, parser: argparse.ArgumentParser, label: str = "",
     ``skip``: further flags of ``parser`` that are not config fields (e.g. ``arch``); ``label`` goes into
     the message of a refused resume. A refused resume exits with that message (``SystemExit``).
     """
-    from ddpo_grpo.pretraining.loop import run
+    return run_parsed(recipe_cls, vars(parser.parse_args(argv)), label, skip)
 
-    args = vars(parser.parse_args(argv))
+
+def run_parsed(recipe_cls, args: dict, label: str = "", skip: tuple[str, ...] = ()):
+    """:func:`main_for` on flags already parsed (``args``: the namespace as a dict, e.g. of a world command's
+    ``pretrain`` subcommand, whose own keys go in ``skip``)."""
     import torch
+
+    from ddpo_grpo.pretraining.loop import run
 
     torch.set_num_threads(max(1, args["threads"]))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -35,7 +35,6 @@ import json
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -44,6 +43,7 @@ import torch
 from ddpo_grpo.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from ddpo_grpo.image_grids import save_grid
 from ddpo_grpo.pretraining.config import PretrainConfig, ResumeError, resumed_config
+from ddpo_grpo.pretraining.stage import Stage
 from ddpo_grpo.weights import EMA, trainable_parameters
 from foundation.atomic_io import atomic_write
 
@@ -52,29 +52,6 @@ FINAL_DIR = "final"
 FINAL_EVAL = "final_eval.json"
 EVAL_SEED = 0  # initial-noise seeds of the evaluation: those of scripts/evaluate.py and sample.py --seed 0
 GRID_PER_TASK = 8  # samples per group (one row each) in an evaluation's grid
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One stage of a recipe.
-
-    groups: the optimizer's parameter groups in order, each ``(module names, lr scale)``; their
-    parameters, in this order, are what the gradient clipping sees.
-    """
-
-    name: str
-    steps: int
-    groups: tuple[tuple[tuple[str, ...], float], ...]
-    lr: float
-    warmup: int
-    weight_decay: float = 0.0
-    ema: bool = False  # update the EMA after every step
-    evaluate: bool = False  # evaluate every eval_every steps of this stage
-    needs_latents: bool = False  # measure the latent statistics at its start unless known
-
-    @property
-    def modules(self) -> tuple[str, ...]:
-        return tuple(name for names, _ in self.groups for name in names)
 
 
 class TrainingData(Protocol):

@@ -12,10 +12,13 @@ The specification is ``worlds/motion/README.md``; this package is its executable
   (``data/motion_{train,test}.jsonl``: the prompt sources ``motion_train`` and ``motion_test``);
 * :mod:`.generator` — seeded procedural motions of every prompt by forward kinematics (:func:`generate`,
   :func:`generate_dataset` for pretraining sets);
-* :mod:`.judge` — the rule-based judge, strict / partial scoring, its robustness measurement
-  (not imported here, so ``python -m worlds.motion.judge`` runs cleanly);
+* :mod:`.judge` — the rule-based judge, strict / partial scoring; :mod:`.agreement` its robustness measurement
+  (``python -m worlds.motion judge-agreement``; neither imported here);
 * :mod:`.physics` — foot skating, ground penetration, jitter / jerk, bone-length drift (not imported
-  here either: ``python -m worlds.motion.physics`` prints the measured numbers);
+  here either: ``python -m worlds.motion physics`` prints the measured numbers);
+* :mod:`.evaluator` — the text–motion evaluator and HumanML3D's set metrics (not imported here);
+* ``python -m worlds.motion`` — the world's commands (``__main__.py``: pretraining, evaluator training and
+  measurement, the judge's and physics' measurements, the table of a sample directory);
 * :mod:`.reward` — the judge as the ``motion_judge`` reward and the physics score as ``motion_physics``
   (not imported here: importing it registers them with :mod:`reward_models`);
 * :mod:`.render` — stick-figure GIFs and filmstrip PNGs;

@@ -28,7 +28,7 @@ without the action shows it.
 * :attr:`~TrainConfig.anchors` distinct prompts, drawn by composition (single / while / then with
   :attr:`~TrainConfig.compose_weights`, uniform inside), each with a random pool clip;
 * **hard negatives**: for each anchor, :attr:`~TrainConfig.hard_negatives` prompts that differ by one edit
-  (:func:`worlds.motion.judge.mismatches`: another hand, direction or count, the other order of a "then",
+  (:func:`worlds.motion.grammar.mismatches`: another hand, direction or count, the other order of a "then",
   an arm action added or dropped, "then" <-> "while"), with their own clips, so that the in-batch
   negatives include the close prompts the evaluator must separate;
 * **halves**: :attr:`~TrainConfig.halves` "then" clips of the batch also give one half (first ``n // 2``
@@ -42,7 +42,7 @@ positives of each other: the target row is uniform over them.
 dropout RNG is reseeded from ``(seed, step)`` every step, so a run resumed from a checkpoint continues
 bit for bit.
 
-Entry point: :func:`train` (``scripts/train_motion_evaluator.py`` is its command line).
+Entry point: :func:`train` (``python -m worlds.motion train-evaluator`` is its command line).
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from foundation.atomic_io import replacing
+
 from .evaluator import (
     EvaluatorConfig,
     MotionEvaluator,
@@ -68,8 +70,8 @@ from .evaluator import (
 )
 from .features import load_stats
 from .generator import dataset_seed, generate
-from .grammar import MotionSpec, enumerate_specs, format_prompt, split_of, test_rows
-from .judge import judge, mismatches
+from .grammar import MotionSpec, enumerate_specs, format_prompt, mismatches, split_of, test_rows
+from .judge import judge
 
 #: extra words of the pool and batch seed sequences (keep them apart from every other seed use)
 POOL_TAG, BATCH_TAG, TORCH_TAG, LENGTH_TAG = 71_401, 71_402, 71_403, 71_404
@@ -349,18 +351,9 @@ def validate(model: MotionEvaluator, feats: list[np.ndarray], prompts: list[str]
 def _save_checkpoint(
     out: Path, model: MotionEvaluator, opt: torch.optim.Optimizer, step: int, cfg: TrainConfig, wall: float
 ) -> None:
-    tmp = out / (CHECKPOINT + ".tmp")
-    torch.save(
-        {
-            "step": step,
-            "model": model.state_dict(),
-            "optimizer": opt.state_dict(),
-            "config": cfg.to_dict(),
-            "wall_s": wall,
-        },
-        tmp,
-    )
-    tmp.replace(out / CHECKPOINT)
+    state = {"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(), "config": cfg.to_dict()}
+    with replacing(out / CHECKPOINT) as tmp:
+        torch.save({**state, "wall_s": wall}, tmp)
 
 
 def build_model(cfg: TrainConfig) -> MotionEvaluator:

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from foundation.atomic_io import replacing
+
 from .features import FEATURE_DIM
 
 
@@ -55,10 +57,8 @@ def write_motion(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     names = {"file": f"{stem}.npy"}
-    tmp = out / f".{stem}.npy.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
+    with replacing(out / names["file"]) as tmp, open(tmp, "wb") as f:
         np.save(f, x)
-    os.replace(tmp, out / names["file"])
     if np.isfinite(x).all() and len(x) >= 2:
         joints = recover_joints(x.astype(np.float64))
         names["gif"] = stick_figure_gif(joints, out / f"{stem}.gif", title=title).name

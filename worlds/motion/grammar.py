@@ -34,16 +34,21 @@ RNG: the same on every platform); :func:`split_rule` returns the held-out sets:
   (``-k mod 17`` is never 1, 2 or 4), so the test asks for known actions in unseen orders and pairings.
 
 With seed 0: 293 train prompts (5 locomotion, 3 turn, 3 jump, 6 arms, 55 simultaneous, 221 sequence)
-and 62 test prompts (11 simultaneous, 51 sequence).
+and 62 test prompts (11 simultaneous, 51 sequence). The split files are read and written by
+:mod:`ddpo_grpo.split_files` (atomically).
+
+Wrong prompts for a clip (:func:`mismatches`): single edits of its prompt that contradict it — what the judge
+must reject and the evaluator must separate.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from ddpo_grpo.split_files import read_rows, write_rows
 
 #: seed of the shipped split
 SPLIT_SEED = 0
@@ -317,11 +322,7 @@ def split_path(split: str) -> Path:
 
 def load_split(split: str) -> list[dict]:
     """Rows of a shipped split file (``{"prompt", "task", "compose", "actions"}`` each)."""
-    path = split_path(split)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; regenerate it with worlds.motion.grammar.write_split()")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_rows(split_path(split), "worlds.motion.grammar.write_split()")
 
 
 def train_rows() -> list[dict]:
@@ -335,19 +336,54 @@ def test_rows() -> list[dict]:
 
 
 def write_split(out_dir: Path | None = None, seed: int = SPLIT_SEED) -> dict[str, Path]:
-    """Write ``motion_{train,test}.jsonl`` (one JSON object per line) into ``out_dir``."""
+    """Write ``motion_{train,test}.jsonl`` (one JSON object per line, each file replaced atomically) into
+    ``out_dir``."""
     out_dir = DATA_DIR if out_dir is None else Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for name, rows in make_split(seed).items():
-        path = out_dir / f"motion_{name}.jsonl"
-        tmp = path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-        tmp.replace(path)
-        paths[name] = path
-    return paths
+    return {name: write_rows(out_dir / f"motion_{name}.jsonl", rows) for name, rows in make_split(seed).items()}
+
+
+def mismatches(spec: MotionSpec) -> list[tuple[str, MotionSpec]]:
+    """Wrong prompts for a clip of ``spec``: single edits that contradict it.
+
+    Kinds: ``"replace"`` (one action by another of the same family, leg or arm), ``"swap"`` ("then": the
+    other order), ``"add"`` (a single leg action gets an arm action: "while"; a single arm action gets a
+    leg action), ``"drop"`` ("while": only the leg or only the arm action), ``"compose"`` ("then" <->
+    "while" with the same actions where both exist).
+    """
+    out: list[tuple[str, MotionSpec]] = []
+
+    def add(kind: str, actions, compose: str) -> None:
+        try:
+            cand = MotionSpec(tuple(actions), compose)
+        except ValueError:
+            return
+        if cand != spec:
+            out.append((kind, cand))
+
+    acts = spec.actions
+    for i, a in enumerate(acts):
+        family = LEG_ACTIONS if a in LEG_ACTIONS else ARM_ACTIONS
+        for b in family:
+            if b != a:
+                new = list(acts)
+                new[i] = b
+                add("replace", new, spec.compose)
+    if spec.compose == "then":
+        add("swap", acts[::-1], "then")
+        add("compose", acts, "while")
+    elif spec.compose == "while":
+        add("drop", acts[:1], "single")
+        add("drop", acts[1:], "single")
+        add("compose", acts, "then")
+    else:
+        a = acts[0]
+        if a in LEG_ACTIONS:
+            for arm in ARM_ACTIONS:
+                add("add", (a, arm), "while")
+        else:
+            for leg in LEG_ACTIONS:
+                add("add", (leg, a), "while")
+    return out
 
 
 __all__ = [
@@ -368,6 +404,7 @@ __all__ = [
     "load_split",
     "make_row",
     "make_split",
+    "mismatches",
     "parse_prompt",
     "spec_of",
     "split_of",

@@ -58,8 +58,9 @@ counts (flights, reversals) in units of the target count (at least 1); a check o
 distance and its direction, both hands) scores its weakest part. ``soft`` is a training reward (it tells a
 near miss from a far one, so a group whose samples all fail still ranks them); ``strict`` stays the measure.
 
-``python -m worlds.motion.judge [--n 40]`` prints the agreement of the judge with the generator's labels
-on clean, noisy and smoothed motions, and its rejection rate of wrong prompts (:func:`measure_agreement`).
+Wrong prompts (single edits that contradict a clip's prompt) are :func:`~worlds.motion.grammar.mismatches`;
+how well the judge agrees with the generator's labels on clean, noisy and smoothed motions, and how often it
+rejects wrong prompts, is measured by :mod:`worlds.motion.agreement` (``python -m worlds.motion judge-agreement``).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .grammar import ACTIONS, ARM_ACTIONS, LEG_ACTIONS, TASKS, MotionSpec, action_kind, enumerate_specs, spec_of
+from .grammar import ACTIONS, ARM_ACTIONS, LEG_ACTIONS, MotionSpec, action_kind, mismatches, spec_of
 from .skeleton import FPS, HEAD, L_ANKLE, L_SHOULDER, L_WRIST, N_JOINTS, NECK, R_ANKLE, R_SHOULDER, R_WRIST, yaw_of
 
 #: minimum displacement (m) of walking / running in the named direction
@@ -414,182 +415,6 @@ def judge(joints: Any, prompt) -> dict:
     }
 
 
-def judge_features(features: Any, prompt) -> dict:
-    """:func:`judge` of denormalised features ``[T, 263]`` (joints by :func:`~.features.recover_joints`)."""
-    from .features import recover_joints
-
-    return judge(recover_joints(features), prompt)
-
-
-# --------------------------------------------------------------------------------------------
-# wrong prompts and robustness measurement
-# --------------------------------------------------------------------------------------------
-
-
-def mismatches(spec: MotionSpec) -> list[tuple[str, MotionSpec]]:
-    """Wrong prompts for a clip of ``spec``: single edits that contradict it.
-
-    Kinds: ``"replace"`` (one action by another of the same family, leg or arm), ``"swap"`` ("then": the
-    other order), ``"add"`` (a single leg action gets an arm action: "while"; a single arm action gets a
-    leg action), ``"drop"`` ("while": only the leg or only the arm action), ``"compose"`` ("then" <->
-    "while" with the same actions where both exist).
-    """
-    out: list[tuple[str, MotionSpec]] = []
-
-    def add(kind: str, actions, compose: str) -> None:
-        try:
-            cand = MotionSpec(tuple(actions), compose)
-        except ValueError:
-            return
-        if cand != spec:
-            out.append((kind, cand))
-
-    acts = spec.actions
-    for i, a in enumerate(acts):
-        family = LEG_ACTIONS if a in LEG_ACTIONS else ARM_ACTIONS
-        for b in family:
-            if b != a:
-                new = list(acts)
-                new[i] = b
-                add("replace", new, spec.compose)
-    if spec.compose == "then":
-        add("swap", acts[::-1], "then")
-        add("compose", acts, "while")
-    elif spec.compose == "while":
-        add("drop", acts[:1], "single")
-        add("drop", acts[1:], "single")
-        add("compose", acts, "then")
-    else:
-        a = acts[0]
-        if a in LEG_ACTIONS:
-            for arm in ARM_ACTIONS:
-                add("add", (a, arm), "while")
-        else:
-            for leg in LEG_ACTIONS:
-                add("add", (leg, a), "while")
-    return out
-
-
-#: perturbation name -> description (see :func:`perturb`)
-PERTURBATIONS: dict[str, str] = {
-    "clean": "none (features -> recovered joints)",
-    "noise_0.5cm": "Gaussian noise, sigma = 0.5 cm per joint coordinate and frame",
-    "noise_1cm": "Gaussian noise, sigma = 1 cm",
-    "noise_2cm": "Gaussian noise, sigma = 2 cm",
-    "smooth_3": "centred 3-frame moving average over time",
-    "smooth_5": "centred 5-frame moving average over time",
-    "smooth_5+noise_1cm": "5-frame moving average, then 1 cm noise",
-}
-
-
-def perturb(joints: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
-    """A perturbed copy of joints ``[T, 22, 3]`` (``kind`` in :data:`PERTURBATIONS`)."""
-    if kind == "clean":
-        return joints.copy()
-    if kind.startswith("noise_"):
-        sigma = float(kind[len("noise_") : -2]) / 100.0
-        return joints + rng.normal(0.0, sigma, joints.shape)
-    if kind.startswith("smooth_"):
-        parts = kind.split("+")
-        out = _moving_average(joints, int(parts[0][len("smooth_") :]))
-        return perturb(out, parts[1], rng) if len(parts) > 1 else out
-    raise ValueError(f"unknown perturbation {kind!r}; perturbations: {', '.join(PERTURBATIONS)}")
-
-
-def measure_agreement(
-    n_per_task: int = 40,
-    seed: int = 0,
-    perturbations: Sequence[str] = tuple(PERTURBATIONS),
-    tasks: Sequence[str] = TASKS,
-) -> dict[str, dict[str, dict[str, float]]]:
-    """Strict agreement of the judge with the generator's labels, per perturbation and task.
-
-    For each task, ``n_per_task`` prompts are drawn uniformly from every prompt of the task (train and
-    test) and a clip generated for each (seed drawn too); its features (float32) are recovered to joints,
-    perturbed, and judged against (a) its own prompt — ``"pos"`` = fraction with strict 1 — and (b) one
-    wrong prompt drawn from :func:`mismatches` — ``"neg"`` = fraction with strict 0. Returns
-    ``{perturbation: {task: {"pos", "neg"}}}``.
-    """
-    from .features import recover_joints
-    from .generator import generate
-
-    rng = np.random.default_rng(seed)
-    table: dict[str, dict[str, dict[str, float]]] = {p: {} for p in perturbations}
-    for task in tasks:
-        pool = list(enumerate_specs(task))
-        hits = {p: [0, 0] for p in perturbations}
-        for _ in range(n_per_task):
-            spec = pool[int(rng.integers(len(pool)))]
-            motion = generate(spec, int(rng.integers(2**31)))
-            joints = recover_joints(motion.features())
-            negs = mismatches(spec)
-            neg = negs[int(rng.integers(len(negs)))][1]
-            for p in perturbations:
-                sig = signals(perturb(joints, p, rng))
-                hits[p][0] += all(chk.ok for chk in check_spec(sig, spec))
-                hits[p][1] += not all(chk.ok for chk in check_spec(sig, neg))
-        for p in perturbations:
-            table[p][task] = {"pos": hits[p][0] / n_per_task, "neg": hits[p][1] / n_per_task}
-    return table
-
-
-def measure_every(clips_per_prompt: int = 1, seed: int = 0) -> dict[str, dict[str, float]]:
-    """Clean agreement over *every* prompt and *all* its wrong prompts.
-
-    ``clips_per_prompt`` clips per prompt (seeds :func:`~worlds.motion.generator.dataset_seed`), judged
-    against their prompt and every one of its :func:`mismatches`. Returns ``{task: {"pos", "neg",
-    "clips", "wrong_prompts"}}``.
-    """
-    from .features import recover_joints
-    from .generator import dataset_seed, generate
-
-    counts: dict[str, list[int]] = {t: [0, 0, 0, 0] for t in TASKS}
-    for i, spec in enumerate(enumerate_specs()):
-        negs = mismatches(spec)
-        for k in range(clips_per_prompt):
-            sig = signals(recover_joints(generate(spec, dataset_seed(seed, i, k)).features()))
-            c = counts[spec.task]
-            c[0] += all(chk.ok for chk in check_spec(sig, spec))
-            c[1] += 1
-            c[2] += sum(not all(chk.ok for chk in check_spec(sig, neg)) for _, neg in negs)
-            c[3] += len(negs)
-    return {
-        t: {"pos": c[0] / c[1], "neg": c[2] / c[3], "clips": c[1], "wrong_prompts": c[3]} for t, c in counts.items()
-    }
-
-
-def format_table(table: dict[str, dict[str, dict[str, float]]]) -> str:
-    """Markdown table: rows = perturbations, columns = tasks, cells = ``pos / neg`` agreement."""
-    tasks = list(next(iter(table.values())))
-    lines = ["| perturbation | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
-    for p, row in table.items():
-        cells = [f"{row[t]['pos']:.3f} / {row[t]['neg']:.3f}" for t in tasks]
-        lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _main(argv: Sequence[str] | None = None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Measure the MotionWorld judge's strict agreement with the generator.")
-    ap.add_argument("--n", type=int, default=40, help="clips per task for the perturbation table")
-    ap.add_argument("--every", type=int, default=0, help="also judge K clean clips of every prompt")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    if args.n < 1 or args.every < 0:
-        ap.error("--n must be >= 1 and --every >= 0")
-    print("cells: generated clips judged strict=1 against their own prompt / against a wrong prompt judged strict=0")
-    print(format_table(measure_agreement(args.n, args.seed)))
-    if args.every:
-        print(
-            f"\nevery prompt x {args.every} clean clips; pos = strict 1 on its prompt, neg = strict 0 on every "
-            "wrong prompt (mismatches)"
-        )
-        print("| task | clips | pos | wrong prompts | neg |\n|---|---|---|---|---|")
-        for t, r in measure_every(args.every, args.seed).items():
-            print(f"| {t} | {r['clips']} | {r['pos']:.4f} | {r['wrong_prompts']} | {r['neg']:.4f} |")
-
-
 __all__ = [
     "ACTIONS",
     "DOWN_MAX_FRAC",
@@ -598,7 +423,6 @@ __all__ = [
     "FLIGHT_MIN_FRAMES",
     "KEEP_FACING_DEG",
     "MIN_DISPLACEMENT",
-    "PERTURBATIONS",
     "RAISE_UP_FRAC",
     "REVERSAL_TRAVEL",
     "RUN_MIN_SPEED",
@@ -617,17 +441,8 @@ __all__ = [
     "check_spec",
     "count_flights",
     "count_reversals",
-    "format_table",
     "judge",
-    "judge_features",
-    "measure_agreement",
-    "measure_every",
     "mismatches",
-    "perturb",
     "signals",
     "window_stats",
 ]
-
-
-if __name__ == "__main__":
-    _main()

@@ -36,7 +36,7 @@ recipe of ``config/motion.py`` sets them): clean generated clips score 0.9–1 (
 a factor ``e`` of reward (λ_pen = 10 per m: 10 cm under the floor costs as much as 0.5 m/s of skate at
 λ_skate = 2). The penetration term reads the worst depth, ``max_penetration``, with no tolerance: the
 mean depth below −2 cm is 0 for most model samples, a reward with no slope.
-Measured numbers (``python -m worlds.motion.physics --n 200``): ``worlds/motion/README.md``.
+Measured numbers (``python -m worlds.motion physics --n 200``): ``worlds/motion/README.md``.
 """
 
 from __future__ import annotations
@@ -165,13 +165,13 @@ def measure(n: int = 100, seed: int = 0) -> dict[str, dict[str, tuple[float, flo
     Prompts are drawn uniformly from every prompt, one clip each.
 
     Conditions: ``clean`` (features -> recovered joints); the judge's ``noise_0.5cm``, ``noise_1cm`` and
-    ``smooth_5`` (:func:`~worlds.motion.judge.perturb`); ``glide_1m/s`` (a skating motion: the whole clip
+    ``smooth_5`` (:func:`~worlds.motion.agreement.perturb`); ``glide_1m/s`` (a skating motion: the whole clip
     drifts forward at 1 m/s on top of its own motion, so planted feet slide).
     """
+    from .agreement import perturb
     from .features import recover_joints
     from .generator import generate
     from .grammar import enumerate_specs
-    from .judge import perturb
 
     rng = np.random.default_rng(seed)
     pool = list(enumerate_specs())
@@ -195,23 +195,6 @@ def measure(n: int = 100, seed: int = 0) -> dict[str, dict[str, tuple[float, flo
     }
 
 
-def _main(argv=None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="MotionWorld physics metrics on generated clips, clean and altered.")
-    ap.add_argument("--n", type=int, default=100, help="clips")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    if args.n < 1:
-        ap.error("--n must be >= 1")
-    res = measure(args.n, args.seed)
-    cols = ("skate", "penetration", "floating", "accel", "jerk", "bone_drift", "bone_cv_max", "score")
-    print("cells: mean [min, max] over clips; skate m/s, penetration and floating m, accel m²/s⁴, jerk m²/s⁶")
-    print("| condition | " + " | ".join(cols) + " |\n" + "|---" * (len(cols) + 1) + "|")
-    for c, d in res.items():
-        print(f"| {c} | " + " | ".join(f"{d[k][0]:.3g} [{d[k][1]:.3g}, {d[k][2]:.3g}]" for k in cols) + " |")
-
-
 __all__ = [
     "BONE_GROUPS",
     "CONTACT_HEIGHT",
@@ -228,7 +211,3 @@ __all__ = [
     "physics_metrics",
     "physics_score",
 ]
-
-
-if __name__ == "__main__":
-    _main()

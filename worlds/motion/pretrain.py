@@ -52,7 +52,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ddpo_grpo.pretraining import PretrainConfig, Recipe, Stage
+from ddpo_grpo.pretraining import PretrainConfig, Recipe, denoiser_stage
 
 from .geometry import GEOMETRIC_TERMS
 from .grammar import PHRASES, TASKS, all_prompts
@@ -282,20 +282,8 @@ class MDMRecipe(Recipe):
         )
         self.normalizer = MotionNormalizer.from_stats(*load_stats(), bone_projection=cfg.bone_projection)
         self.models = {"text_encoder": text_encoder, "denoiser": denoiser}
-        groups = ((("denoiser",), 1.0),) + (((("text_encoder",), cfg.text_lr_ratio),) if cfg.text_lr_ratio > 0 else ())
-        self.ema_modules = tuple(name for names, _ in groups for name in names)
-        self.stages = [
-            Stage(
-                "mdm",
-                cfg.steps,
-                groups,
-                cfg.lr,
-                warmup=cfg.warmup_steps,
-                weight_decay=cfg.weight_decay,
-                ema=True,
-                evaluate=True,
-            )
-        ]
+        self.stages = [denoiser_stage("mdm", cfg, "denoiser")]
+        self.ema_modules = self.stages[0].modules
         self.alphas_cumprod = make_scheduler(cfg).alphas_cumprod.float()  # [T]
 
     def make_data(self) -> MotionData:

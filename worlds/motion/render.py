@@ -7,17 +7,18 @@ horizontally (ground ticks every 0.5 m show the travel):
 * **front** view, seen from ``+z``: screen right = ``+x`` (the person's left), up = ``+y``.
 
 Bones are drawn left side blue, right side red, spine and head dark grey; joints are dots. Files are
-written atomically (a temporary file in the target directory, then ``os.replace``).
+written atomically (:func:`foundation.atomic_io.replacing`).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from foundation.atomic_io import replacing
 
 from .skeleton import FPS, N_JOINTS, PARENTS
 
@@ -85,17 +86,10 @@ def render_frame(joints: Any, t: int, title: str = ""):
 
 
 def _atomic_save(path: str | os.PathLike, save) -> Path:
+    """``save(tmp)`` into a temporary file that then replaces ``path`` (:func:`foundation.atomic_io.replacing`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
+    with replacing(path) as tmp:
         save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
     return path
 
 

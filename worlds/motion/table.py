@@ -24,7 +24,7 @@ One row per metric, each ``value ± SE``; with a base model, ``base``, ``model``
    worst bone, the sane-body fraction, and the default physics score; SE ``s / √n``, differences paired.
 
 :func:`motion_table` builds it (a JSON-able dict, ``scripts/evaluate.py`` writes it to eval.json's
-``"table"``), :func:`format_table` prints it. ``python -m worlds.motion.table DIR [--compare BASE_DIR]``
+``"table"``), :func:`format_table` prints it. ``python -m worlds.motion table DIR [--compare BASE_DIR]``
 builds it from ``scripts/sample.py`` output directories (motion files read by
 :func:`worlds.motion.files.read_samples`, so a bad file is refused in one line).
 """
@@ -321,7 +321,7 @@ def format_table(table: dict, title: str = "") -> str:
     return "\n".join(lines)
 
 
-def _score_dir(directory: str) -> tuple[list[np.ndarray], list[str], dict, list]:
+def score_dir(directory: str) -> tuple[list[np.ndarray], list[str], dict, list]:
     """Read a sample.py output directory and score it with the strict judge and the physics metrics."""
     from reward_models import load_reward
 
@@ -337,35 +337,4 @@ def _score_dir(directory: str) -> tuple[list[np.ndarray], list[str], dict, list]
     return feats, prompts, values, [t or None for t in info["task"]]
 
 
-def _main(argv=None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(
-        description="The HumanML3D-style table (with standard errors) of motions written by scripts/sample.py."
-    )
-    ap.add_argument("samples", help="a scripts/sample.py output directory (index.jsonl + <stem>.npy)")
-    ap.add_argument("--compare", default=None, help="a base model's directory on the same prompts and seeds")
-    ap.add_argument("--boot", type=int, default=BOOTSTRAP, help="bootstrap replicates of the set metrics' SEs")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    if args.boot < 0:
-        ap.error(f"--boot must be >= 0, got {args.boot}")
-    from .files import MotionFileError
-
-    try:
-        feats, prompts, values, groups = _score_dir(args.samples)
-        base = None
-        if args.compare:
-            b_feats, b_prompts, b_values, _ = _score_dir(args.compare)
-            base = {"features": b_feats, "prompts": b_prompts, "values": b_values}
-        table = motion_table(feats, prompts, values, groups, base=base, boot=args.boot, seed=args.seed)
-    except (MotionFileError, ValueError) as exc:
-        ap.error(str(exc))
-    print(format_table(table))
-
-
-__all__ = ["BOOTSTRAP", "JUDGE_ROWS", "PHYSICS_ROWS", "SET_ROWS", "format_table", "motion_table"]
-
-
-if __name__ == "__main__":
-    _main()
+__all__ = ["BOOTSTRAP", "JUDGE_ROWS", "PHYSICS_ROWS", "SET_ROWS", "format_table", "motion_table", "score_dir"]

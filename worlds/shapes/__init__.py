@@ -6,12 +6,12 @@ The specification is ``worlds/shapes/README.md``; this package is its executable
 * :mod:`.grammar` — the prompt grammar, every prompt of every task, parsing, the train/test split
   (``data/shapes_{train,test}.jsonl``: the prompt sources ``shapes_train`` and ``shapes_test``);
 * :mod:`.judge` — object detection on generated images and strict / partial scoring
-  (not imported here, so ``python -m worlds.shapes.calibration`` runs cleanly);
+  (not imported here, so ``python -m worlds.shapes calibration`` runs cleanly);
 * :mod:`.reward` — the judge as the ``shapes`` reward;
 * :mod:`.detector` — ``shapes_detector``, a second scorer sharing no code with the judge (own segmentation and a
   small CNN; weights in ``models/detector``), and :mod:`.agreement`, the two side by side;
 * ``models/sd3`` and ``models/sd`` — the shipped base models (:data:`SHAPES_SD3`, :data:`SHAPES_SD`),
-  reproduced by ``scripts/pretrain_shapes.py``.
+  reproduced by ``python -m worlds.shapes pretrain``.
 """
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The world judge and the independent detector side by side: ``python -m worlds.shapes.agreement [--n 100]``.
+"""The world judge and the independent detector side by side: ``python -m worlds.shapes agreement [--n 100]``.
 
 Two tables, each reproducible from its seed (the detector's rows of the README's calibration tables):
 
@@ -84,24 +84,3 @@ def format_truth(table: dict[str, dict[str, float]]) -> str:
 
 def format_gray(table: dict[str, dict[float, dict[str, float]]]) -> str:
     return severity_table(table, "rejected: judge / detector, per severity", "judge", "detector")
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m worlds.shapes.agreement", description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=100, help="scenes per task (table 1) / per distortion level (table 2)")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    truth = measure_truth(args.n, args.seed)
-    print(f"## Ground truth ({truth['clean']['n']} scenes, {args.n} per task, seed {args.seed})")
-    print(
-        "pos: own prompt judged strict 1; neg: a hard negative judged strict 0; agree: same verdict on the own prompt"
-    )
-    print(format_truth(truth), flush=True)
-    print(f"\n## Gray zones: rejection rates (n = {args.n} scenes per cell, hard-edged, seed {args.seed})")
-    print(format_gray(measure_gray(args.n, args.seed)), flush=True)
-
-
-if __name__ == "__main__":
-    main()

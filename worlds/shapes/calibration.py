@@ -1,4 +1,4 @@
-"""Calibration of the ShapesWorld judge: ``python -m worlds.shapes.calibration [--calibrate] [--n 300] [--seed 0]``.
+"""Calibration of the ShapesWorld judge: ``python -m worlds.shapes calibration [--calibrate] [--n 300]``.
 
 Three tables, each reproducible from its seed (the README's calibration table is this output):
 
@@ -20,9 +20,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from worlds.tables import agreement_table
+
 from .distortions import DISTORTIONS, PERTURBATIONS, distorted_image, perturb
 from .grammar import enumerate_constraints
-from .judge import MIN_FIT_IOU, check_constraints, classify_pixels, connected_components, detect, to_uint8_image
+from .judge import check_constraints, classify_pixels, connected_components, detect, to_uint8_image
 from .world import COLORS, COUNT_WORDS, OPPOSITE, SHAPES, TASKS, Constraints, ObjectSpec, render, sample_scene
 
 
@@ -188,14 +190,8 @@ def fit_statistics(
     return out
 
 
-def format_table(table: dict[str, dict[str, dict[str, float]]]) -> str:
-    """Markdown table: rows = perturbations, columns = tasks, cells = ``pos / neg`` agreement."""
-    tasks = list(next(iter(table.values())))
-    lines = ["| perturbation | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
-    for p, row in table.items():
-        cells = [f"{row[t]['pos']:.3f} / {row[t]['neg']:.3f}" for t in tasks]
-        lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+#: the Markdown table of :func:`measure_agreement` (shared with MotionWorld's agreement study)
+format_table = agreement_table
 
 
 def severity_table(table: dict[str, dict[float, dict[str, float]]], heading: str, first: str, second: str) -> str:
@@ -228,31 +224,3 @@ def format_fits(table: dict[str, dict[str, dict[str, float]]]) -> str:
         ]
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(
-        prog="python -m worlds.shapes.calibration",
-        description="Measure the ShapesWorld judge: agreement with the ground truth under mild perturbations "
-        "(default), or with --calibrate every calibration table (agreement, gray-zone rejection, fits).",
-    )
-    ap.add_argument("--n", type=int, default=200, help="renders per task / per distortion level / fit scenes")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--calibrate", action="store_true", help="all three tables (several minutes at --n 200)")
-    args = ap.parse_args(argv)
-    print(f"## Agreement with the ground truth (n = {args.n} per task, seed {args.seed})")
-    print("cells: positives judged strict=1 / hard negatives judged strict=0")
-    print(format_table(measure_agreement(args.n, args.seed)), flush=True)
-    if not args.calibrate:
-        return
-    print(f"\n## Gray zones: rejection rates (n = {args.n} scenes per cell, seed {args.seed})")
-    print(format_rejection(measure_rejection(args.n, args.seed)), flush=True)
-    print(f"\n## Fits of rendered objects to their own class ({args.n} two-object scenes, seed {args.seed})")
-    print(f"thresholds: MAX_HAUSDORFF = 1 px, MIN_FIT_IOU = {MIN_FIT_IOU}")
-    print(format_fits(fit_statistics(args.n, args.seed)), flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -11,7 +11,7 @@ must reject.
   pinched, rounded, oblong or rotated "square", a lumpy or oval "circle", a skewed, concave or rotated
   "triangle". A scene with one is not what its prompt asks for: the judge's strict verdict must be 0.
   The mildest levels (about 1 px) are below the judge's resolution on purpose: the calibration table
-  (``python -m worlds.shapes.calibration --calibrate``) shows where rejection sets in.
+  (``python -m worlds.shapes calibration --calibrate``) shows where rejection sets in.
 
 Every shape is an implicit function of box coordinates ``(u, v) ∈ [0, 1]²`` (``u`` right, ``v`` down), drawn
 into the object's ``s × s`` box by :func:`rasterize`: hard-edged at pixel centres (as the world's renderer

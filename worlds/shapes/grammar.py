@@ -16,7 +16,7 @@ Both orders of a two-object pair are distinct prompts. Position prompts also nam
 colour–shape pairs (with two identical objects "A left of A" would not say which is which).
 
 Train/test split (:func:`make_split`, shipped as ``worlds/shapes/data/shapes_{train,test}.jsonl``;
-``scripts/make_shapes_split.py`` regenerates them). The prompt sets are disjoint and the rule is
+``python -m worlds.shapes split`` regenerates them). The prompt sets are disjoint and the rule is
 fixed by :data:`SPLIT_SEED` through SHA-256 ranks (no RNG, so it is the same on every platform and
 library version); :func:`split_rule` returns the drawn sets:
 
@@ -37,12 +37,13 @@ prompts (3, 9, 78, 312).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from ddpo_grpo.split_files import read_rows, write_rows
 
 from .world import (
     CANVAS,
@@ -245,11 +246,7 @@ def split_path(split: str) -> Path:
 
 def load_split(split: str) -> list[dict]:
     """Rows of a shipped split file (``{"prompt", "task", "objects", "relation"}`` each)."""
-    path = split_path(split)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; regenerate it with `python scripts/make_shapes_split.py`")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_rows(split_path(split), "`python -m worlds.shapes split`")
 
 
 def train_rows() -> list[dict]:
@@ -263,17 +260,10 @@ def test_rows() -> list[dict]:
 
 
 def write_split(out_dir: Path | None = None, seed: int = SPLIT_SEED) -> dict[str, Path]:
-    """Write ``shapes_{train,test}.jsonl`` (one JSON object per line) into ``out_dir``."""
+    """Write ``shapes_{train,test}.jsonl`` (one JSON object per line, each file replaced atomically) into
+    ``out_dir``."""
     out_dir = DATA_DIR if out_dir is None else Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for name, rows in make_split(seed).items():
-        path = out_dir / f"shapes_{name}.jsonl"
-        with open(path, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-        paths[name] = path
-    return paths
+    return {name: write_rows(out_dir / f"shapes_{name}.jsonl", rows) for name, rows in make_split(seed).items()}
 
 
 def scene_for_prompt(prompt: str | Constraints | dict, seed: int) -> Scene:

@@ -30,7 +30,7 @@ module constants, stated at the 64×64 world resolution):
    fit's IoU ``>=`` :data:`MIN_FIT_IOU` ``[S]`` and the component's bounding-box sides differ by at most
    :data:`MAX_SIDE_DIFF` = 2 px (the spec's boxes are square); the shape is the candidate of highest IoU, else
    ``"unknown"`` (which still counts as an object: it breaks "nothing else"). Calibration
-   (``python -m worlds.shapes.calibration``; table in the world's README): every clean render fits
+   (``python -m worlds.shapes calibration``; table in the world's README): every clean render fits
    its own class with ``H = 0``, IoU 1; noise, blur, JPEG, colour shifts, their combination and
    anti-aliased redrawing at sub-pixel positions never moved ``H`` above 1 px; so a square whose corner
    is cut, whose side bows or slants, or a circle with a lump, by 2 px or more is rejected (rejection
@@ -54,7 +54,7 @@ colour–shape pair named by the prompt. ``partial`` = fraction of the list sati
 iff all are. Extra copies of a named object break its count constraint, not "nothing else".
 Resolution-dependent thresholds (area, offsets) scale with ``size / 64``; shapes are fitted at 64 px.
 
-``python -m worlds.shapes.calibration`` prints the calibration tables (:mod:`.calibration`: agreement
+``python -m worlds.shapes calibration`` prints the calibration tables (:mod:`.calibration`: agreement
 with the ground truth on clean and mildly perturbed renders, rejection of the gray-zone distortions of
 :mod:`.distortions`, and the fit statistics behind the thresholds).
 """

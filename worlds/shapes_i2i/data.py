@@ -1,7 +1,7 @@
 """The shipped rows of both worlds, their images, and the prompt sources.
 
 Splits (``data/{restore,edit}_{train,test}.jsonl``, JSON rows without images, regenerated from
-:data:`SPLIT_SEED` by :func:`make_split`; ``python -m worlds.shapes_i2i.data --check`` verifies them):
+:data:`SPLIT_SEED` by :func:`make_split`; ``python -m worlds.shapes_i2i split --check`` verifies them):
 
 * restoration (:mod:`.restore`): per kind, 32 rows per train level (256 train rows) from ShapesWorld
   *train* prompts; 16 rows per level, the held-out level included, from ShapesWorld *test* prompts
@@ -22,11 +22,11 @@ The prompt sources (entry points) return such rows: ``shapes_restore_{train,test
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import numpy as np
 
+from ddpo_grpo.split_files import read_rows, write_rows
 from worlds.shapes.grammar import constraints_of, load_split, split_of
 from worlds.shapes.world import TASKS
 
@@ -103,23 +103,18 @@ def split_path(world: str, split: str) -> Path:
 
 
 def write_split(out_dir: Path | None = None, seed: int = SPLIT_SEED) -> list[Path]:
+    """Write ``{world}_{split}.jsonl`` (one JSON object per line, each file replaced atomically) into ``out_dir``."""
     out_dir = DATA_DIR if out_dir is None else Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for world, splits in make_split(seed).items():
-        for split, rows in splits.items():
-            path = out_dir / f"{world}_{split}.jsonl"
-            path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-            paths.append(path)
-    return paths
+    return [
+        write_rows(out_dir / f"{world}_{split}.jsonl", rows)
+        for world, splits in make_split(seed).items()
+        for split, rows in splits.items()
+    ]
 
 
 @functools.cache
 def _load(world: str, split: str) -> tuple[dict, ...]:
-    path = split_path(world, split)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; regenerate it with `python -m worlds.shapes_i2i.data --write`")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_rows(split_path(world, split), "`python -m worlds.shapes_i2i split --write`")
     return tuple(with_images(r, f"{world}/{split}/{i:04d}") for i, r in enumerate(rows))
 
 
@@ -184,7 +179,7 @@ def check(seed: int = SPLIT_SEED) -> list[str]:
     for world, splits in make_split(seed).items():
         for split, rows_ in splits.items():
             path = split_path(world, split)
-            shipped = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else None
+            shipped = read_rows(path) if path.is_file() else None
             if shipped != rows_:
                 problems.append(f"{path.name} differs from make_split({seed}); regenerate with --write")
     for r in rows("edit", "train"):
@@ -192,24 +187,3 @@ def check(seed: int = SPLIT_SEED) -> list[str]:
         if split_of(src) == "test" or split_of(constraints_of(r["target"])) == "test":
             problems.append(f"edit train row {r['id']} touches a held-out composition")
     return problems
-
-
-def _main(argv=None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Write or check the shipped image-to-image splits.")
-    ap.add_argument("--write", action="store_true", help="regenerate data/*.jsonl from the seed")
-    ap.add_argument("--check", action="store_true", help="verify the shipped files")
-    args = ap.parse_args(argv)
-    if args.write:
-        for p in write_split():
-            print(f"wrote {p}")
-        _load.cache_clear()
-    if args.check or not args.write:
-        problems = check()
-        print("\n".join(problems) or "the shipped splits match make_split(SPLIT_SEED)")
-        raise SystemExit(1 if problems else 0)
-
-
-if __name__ == "__main__":
-    _main()

@@ -1,6 +1,6 @@
 """Base numbers of an image-to-image model: PSNR / SSIM per degradation level, edit accuracy per edit type.
 
-    python -m worlds.shapes_i2i.measure [--model DIR | --run PRETRAIN_OUT] [--per_group 48] [--steps 20]
+    python -m worlds.shapes_i2i measure [--model DIR | --run PRETRAIN_OUT] [--per_group 48] [--steps 20]
                                         [--text 4.5] [--image 2.5] [--json OUT]
 
 Deterministic samples (DDIM η = 0, ``--steps`` steps, seeds of :func:`ddpo_grpo.evaluation.image_seed`) of the
@@ -12,7 +12,6 @@ newest checkpoint of a pretraining run in progress (:mod:`.pretrain`).
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -83,34 +82,3 @@ def format_tables(result: dict) -> str:
             f"| {v['copy_success']:.2f} |"
         )
     return "\n".join(lines)
-
-
-def _main(argv=None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="", help="pipeline directory (default: the shipped model)")
-    ap.add_argument("--run", default="", help="a pretraining run directory: evaluate its newest checkpoint's EMA")
-    ap.add_argument("--per_group", type=int, default=48)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--text", type=float, default=4.5, help="text guidance scale s_T")
-    ap.add_argument("--image", type=float, default=2.5, help="image guidance scale s_I")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--json", default="", help="also write the result here")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    from ddpo_grpo.policies import load_pipeline
-
-    from . import SHAPES_IP2P
-
-    pipe = pipeline_of_run(args.run) if args.run else load_pipeline(args.model or SHAPES_IP2P)
-    result = measure(pipe, per_group=args.per_group, steps=args.steps, text=args.text, image=args.image)
-    print(json.dumps(result["settings"]))
-    print(format_tables(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
-
-
-if __name__ == "__main__":
-    _main()

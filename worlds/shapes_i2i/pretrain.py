@@ -26,7 +26,7 @@ noise_per_example`` examples per step, each with ``noise_per_example`` independe
 loop's): deterministic DDIM on the shipped *test* rows of both worlds, scored by the ``shapes_i2i`` reward,
 grouped by degradation kind / edit type (``quality`` = SSIM / edit success).
 
-    nohup nice env OMP_NUM_THREADS=1 .venv/bin/python -m worlds.shapes_i2i.pretrain --out /tmp/i2i --threads 1 \
+    nohup nice env OMP_NUM_THREADS=1 .venv/bin/python -m worlds.shapes_i2i pretrain --out /tmp/i2i --threads 1 \
         > /tmp/i2i.log 2>&1 &
 """
 
@@ -38,7 +38,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from ddpo_grpo.pretraining import PretrainConfig, Recipe, Stage
+from ddpo_grpo.pretraining import PretrainConfig, Recipe, denoiser_stage
 from worlds.shapes import SHAPES_SD
 from worlds.shapes.world import CANVAS
 
@@ -121,20 +121,8 @@ class IP2PRecipe(Recipe):
         vae = base.vae.requires_grad_(False).eval()
         unet = widen_unet(base.unet, 2 * vae.config.latent_channels)
         self.models = {"vae": vae, "text_encoder": text_encoder, "unet": unet}
-        groups = ((("unet",), 1.0),) + (((("text_encoder",), cfg.text_lr_ratio),) if cfg.text_lr_ratio > 0 else ())
-        self.ema_modules = tuple(name for names, _ in groups for name in names)
-        self.stages = [
-            Stage(
-                "ip2p",
-                cfg.steps,
-                groups,
-                cfg.lr,
-                warmup=cfg.warmup_steps,
-                weight_decay=cfg.weight_decay,
-                ema=True,
-                evaluate=True,
-            )
-        ]
+        self.stages = [denoiser_stage("ip2p", cfg, "unet")]
+        self.ema_modules = self.stages[0].modules
         self.alphas_cumprod = base.scheduler.alphas_cumprod.float()  # [T]
         self.num_train_timesteps = len(self.alphas_cumprod)
 
@@ -209,14 +197,3 @@ class IP2PRecipe(Recipe):
 
 
 RECIPE = IP2PRecipe
-
-
-def main(argv=None):
-    from ddpo_grpo.pretraining.cli import config_parser, main_for
-
-    parser = config_parser(IP2PConfig, "Pretrain the ShapesWorld InstructPix2Pix model (restoration + editing).")
-    return main_for(IP2PRecipe, argv, parser, label="shapes_i2i")
-
-
-if __name__ == "__main__":
-    main()

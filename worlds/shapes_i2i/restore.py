@@ -25,8 +25,6 @@ text guidance scale pushes away from that towards a restoration.
 
 from __future__ import annotations
 
-import numpy as np
-
 from worlds.shapes.grammar import scene_for_prompt
 
 from .scenes import to_rows
@@ -73,11 +71,3 @@ def restore_row(shape_row: dict, kind: str, level: float, seed: int, held_out: b
         "scene": to_rows(scene),
         "noise_seed": int(seed),
     }
-
-
-def sample_restore(
-    shape_rows: list[dict], kind: str, level: float, rng: np.random.Generator, held_out: bool = False
-) -> dict:
-    """A row for a random prompt of ``shape_rows`` (its scene and noise seeded from ``rng``)."""
-    row = shape_rows[int(rng.integers(len(shape_rows)))]
-    return restore_row(row, kind, level, int(rng.integers(2**31)), held_out)

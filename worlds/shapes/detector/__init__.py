@@ -9,11 +9,11 @@ This scorer reaches its verdict another way and imports neither module (a test c
 * :mod:`.net` — a learned shape classifier (a 114k-parameter CNN on each object's coverage patch; classes
   circle, square, triangle and "other"), shipped as ``worlds/shapes/models/detector/detector.npz``;
 * :mod:`.train` — the classifier's data (scenes rendered by the world, gray-zone negatives from
-  ``distortions.py``) and training from a seed: ``python -m worlds.shapes.detector.train``;
+  ``distortions.py``) and training from a seed: ``python -m worlds.shapes train-detector``;
 * :mod:`.score` — detection and the spec's strict / partial checks, written again from the README;
 * :mod:`.reward` — the ``shapes_detector`` reward (same contract and info as ``shapes``);
 * :mod:`.calibration` — its agreement with the ground truth and with the judge:
-  ``python -m worlds.shapes.detector.calibration``.
+  ``python -m worlds.shapes agreement``.
 """
 
 from .score import detect, score

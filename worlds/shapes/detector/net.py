@@ -11,7 +11,7 @@ shape: a trapezoid or pinched "square", a lumpy "circle", a skewed triangle, a s
 Architecture (114,724 parameters, 0.46 MB as float32): conv 3×3 (1→16) ReLU, max-pool 2 → conv 3×3
 (16→32) ReLU, max-pool 2 → conv 3×3 (32→32) ReLU → flatten (32·7·7) → linear 64 ReLU → linear 4.
 The shipped weights (``worlds/shapes/models/detector/detector.npz``, plain arrays, no pickle) are
-reproduced by ``python -m worlds.shapes.detector.train`` from its seed.
+reproduced by ``python -m worlds.shapes train-detector`` from its seed.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def load(path: str | None = None) -> ShapeNet:
     file = Path(path) if path else WEIGHTS
     if not file.is_file():
         raise ValueError(
-            f"shapes_detector: no weights at {file}; reproduce them with `python -m worlds.shapes.detector.train`"
+            f"shapes_detector: no weights at {file}; reproduce them with `python -m worlds.shapes train-detector`"
         )
     with np.load(file, allow_pickle=False) as z:
         state = {k: torch.from_numpy(z[k].copy()) for k in z.files}

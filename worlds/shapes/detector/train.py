@@ -1,4 +1,4 @@
-"""Train the detector's shape classifier from a seed: ``python -m worlds.shapes.detector.train [--seed 0]``.
+"""Train the detector's shape classifier from a seed: ``python -m worlds.shapes train-detector [--seed 0]``.
 
 Data, all rendered here from the world's rules (:mod:`worlds.shapes.world`) and perturbations
 (:mod:`worlds.shapes.distortions`), nothing downloaded: scenes of 1–3 objects (random colours, boxes at least
@@ -24,18 +24,16 @@ defaults. The weights are written atomically as plain float32 arrays (``.npz``).
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
-import time
-from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from foundation.atomic_io import replacing
+
 from ..distortions import DISTORTIONS, paint, perturb, rasterize
 from ..world import CANVAS, COLORS, MAX_SIZE, MIN_GAP, MIN_SIZE, SHAPES, bbox_gap, shape_mask
-from .net import CLASSES, MAX_SIDE, MIN_SIDE, WEIGHTS, ShapeNet, patch, state_to_arrays
+from .net import CLASSES, MAX_SIDE, MIN_SIDE, ShapeNet, patch, state_to_arrays
 from .segment import as_canvas, coverages, segment
 
 #: distortion -> severity range (uniform) of the "other" examples, in the distortion's own unit
@@ -198,32 +196,6 @@ def save(model: ShapeNet, path: str | os.PathLike) -> None:
     bad = [k for k, v in arrays.items() if not np.isfinite(v).all()]
     if bad:
         raise ValueError(f"shapes_detector: non-finite weights in {bad}; not saved")
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m worlds.shapes.detector.train", description=__doc__.split("\n")[0])
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scenes", type=int, default=8000, help="training scenes (10 %% more are held out)")
-    ap.add_argument("--epochs", type=int, default=8)
-    ap.add_argument("--out", default=str(WEIGHTS))
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    t0 = time.time()
-    rng = np.random.default_rng(args.seed)
-    x, y = examples(args.scenes, rng)
-    xv, yv = examples(max(1, math.ceil(args.scenes / 10)), rng)
-    counts = {c: int((y == i).sum()) for i, c in enumerate(CLASSES)}
-    print(f"{len(y)} training patches {counts}, {len(yv)} held out; data {time.time() - t0:.0f} s", flush=True)
-    model = fit(x, y, args.epochs, args.seed)
-    print("held-out accuracy:", {k: round(v, 4) for k, v in accuracy(model, xv, yv).items()})
-    save(model, args.out)
-    print(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.2f} MB) in {time.time() - t0:.0f} s")
-
-
-if __name__ == "__main__":
-    main()
+    with replacing(path) as tmp:
+        with open(tmp, "wb") as f:  # a file object: np.savez adds no ".npz" to the name
+            np.savez(f, **arrays)

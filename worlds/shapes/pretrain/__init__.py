@@ -8,7 +8,7 @@
 * :mod:`.sd` — ``StableDiffusionPipeline`` (UNet + DDIM) on an SD3 model's VAE and text encoder;
 * :mod:`.tokenizer` — the word-level CLIP tokenizer of the grammar's words.
 
-Entry point: ``scripts/pretrain_shapes.py --arch sd3|sd``.
+Entry point: ``python -m worlds.shapes pretrain --arch sd3|sd``.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from ddpo_grpo.pretraining import Stage
+from ddpo_grpo.pretraining import denoiser_stage
 from worlds.shapes import SHAPES_SD3
 from worlds.shapes.pretrain.base import ShapesRecipe
 from worlds.shapes.pretrain.config import ShapesConfig
@@ -231,21 +231,8 @@ class SDRecipe(ShapesRecipe):
             norm_num_groups=cfg.unet_norm_groups,
         )
         self.models = {"vae": vae, "text_encoder": text_encoder, "unet": unet}
-        groups = ((("unet",), 1.0),) + (((("text_encoder",), cfg.text_lr_ratio),) if cfg.text_lr_ratio > 0 else ())
-        self.ema_modules = tuple(name for names, _ in groups for name in names)
-        self.stages = [
-            Stage(
-                "ddpm",
-                cfg.steps,
-                groups,
-                cfg.lr,
-                warmup=cfg.warmup_steps,
-                weight_decay=cfg.weight_decay,
-                ema=True,
-                evaluate=True,
-                needs_latents=True,
-            )
-        ]
+        self.stages = [denoiser_stage("ddpm", cfg, "unet", needs_latents=True)]
+        self.ema_modules = self.stages[0].modules
         self.alphas_cumprod = make_scheduler(cfg).alphas_cumprod.float()  # [T]
 
     def loss(self, stage: str, data: TrainingData) -> dict[str, torch.Tensor]:
