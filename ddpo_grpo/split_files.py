@@ -17,10 +17,9 @@ from foundation.atomic_io import atomic_write_text
 
 
 def write_rows(path: str | os.PathLike, rows: Iterable[dict]) -> Path:
-    """Replace ``path`` with ``rows``, one ``json.dumps(row)`` per line (the parent directory is created; mode 0644)."""
+    """Replace ``path`` with ``rows``, one ``json.dumps(row)`` per line (the parent directory is created)."""
     path = Path(path)
     atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
-    path.chmod(0o644)  # shipped data, readable by all (the temporary file atomic_write_text renames is 0600)
     return path
 
 

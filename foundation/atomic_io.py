@@ -2,7 +2,8 @@
 
 The new content goes to a temporary file in the target's own directory (same file system, so the final
 ``os.replace`` is a rename), is flushed and fsynced, then moved over the target. The temporary file is removed if
-anything fails, and the previous version stays in place.
+anything fails, and the previous version stays in place. The file gets the mode a plain ``open`` would give it (the
+replaced file's, or 0666 less the umask), not the private 0600 of a temporary file.
 
 * :func:`atomic_write`: bytes;
 * :func:`atomic_write_text`: text (UTF-8);
@@ -29,6 +30,7 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
     os.close(fd)
     tmp = Path(name)
+    tmp.chmod(path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())  # mkstemp's 0600 is not ours
     try:
         yield tmp
         with open(tmp, "rb+") as f:
@@ -37,6 +39,12 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:

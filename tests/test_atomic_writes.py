@@ -82,3 +82,20 @@ def test_a_failed_write_keeps_the_previous_files_and_leaves_no_temporary(write, 
     with pytest.raises(OSError, match="no space left"):
         write(run)
     assert _entries(run / "report") == previous
+
+
+def test_a_replaced_file_has_the_mode_open_would_give(tmp_path):
+    """Not mkstemp's private 0600: a new file 0666 less the umask, a replaced one keeps its mode."""
+    import os
+
+    from foundation.atomic_io import atomic_write
+
+    mask = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "new.txt", b"a")
+        assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o644
+        (tmp_path / "new.txt").chmod(0o640)
+        atomic_write(tmp_path / "new.txt", b"b")
+        assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(mask)

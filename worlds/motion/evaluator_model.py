@@ -277,8 +277,6 @@ class MotionEvaluator(nn.Module):
             save_file(state, str(tmp), metadata={"format": FORMAT})
         config = {"format": FORMAT, "version": 1, "model": asdict(self.cfg), "vocab": self.vocab, **(extra or {})}
         atomic_write_text(path / CONFIG_NAME, json.dumps(config, indent=1) + "\n")
-        for name in (WEIGHTS_NAME, CONFIG_NAME):
-            (path / name).chmod(0o644)
         return path
 
     @classmethod
