@@ -2,7 +2,8 @@
 
 Conventions: "per process" numbers are per GPU / per accelerate process; global totals are derived as
 shown. Named experiments (``config/sd.py``, ``config/sd3.py``, ``config/shapes.py``, ``config/quickstart.py``)
-are small functions that start from ``get_config()`` here and override fields.
+are small functions that start from ``get_config()`` here and override fields (their shared helpers:
+``config/recipes.py``).
 
 Batch arithmetic (P = number of processes):
     images per epoch        = sample.batch_size × sample.num_batches_per_epoch × P
