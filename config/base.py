@@ -2,7 +2,8 @@
 
 Conventions: "per process" numbers are per GPU / per accelerate process; global totals are derived as
 shown. Named experiments (``config/sd.py``, ``config/sd3.py``, ``config/shapes.py``, ``config/quickstart.py``)
-are small functions that start from ``get_config()`` here and override fields.
+are small functions that start from ``get_config()`` here and override fields (their shared helpers:
+``config/recipes.py``).
 
 Batch arithmetic (P = number of processes):
     images per epoch        = sample.batch_size × sample.num_batches_per_epoch × P
@@ -83,9 +84,9 @@ def get_config():
     # pipeline's sample_shape, their text length the tokenizer's)
     # Text tokens of the encoders that take a length (FLUX's and SD3's T5, Qwen-Image's Qwen2.5-VL, Z-Image's Qwen3,
     # Wan's UMT5; SD3's T5 slot is zeros when the pipeline has no T5); CLIP-only families (SD, SDXL) always use 77.
-    # 0 = the family's pipeline default, read from its __call__ (policies.base.pipeline_text_length: FLUX.1 / Kontext,
-    # Qwen-Image(-Edit), Z-Image, Wan 512; SD3 256). Recipes set their source's length (Flow-GRPO encodes 128 for
-    # SD3 and FLUX; docs/recipes.md).
+    # 0 = the family's pipeline default, read from its __call__ (policies.settings.pipeline_text_length: FLUX.1 /
+    # Kontext, Qwen-Image(-Edit), Z-Image, Wan 512; SD3 256). Recipes set their source's length (Flow-GRPO encodes 128
+    # for SD3 and FLUX; docs/recipes.md).
     sample.max_sequence_length = 0
     # ---- family-specific sampling (ddpo_grpo/policies/, docs/models.md; families without the feature ignore them)
     # video families (Wan): frames per video in pixels, 4k + 1 for Wan's causal VAE; 0 = the family's default (81)

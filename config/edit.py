@@ -22,8 +22,8 @@ supervised term only anchors the model (1 supervised epoch, 3 hand-over epochs, 
 term (an edit has no degradation).
 """
 
-from config.restore import _sized, _supervised, image_conditioned
-from config.sd3 import set_forward_objective
+from config.recipes import set_forward_objective, sized
+from config.restore import image_conditioned, supervised
 from worlds.shapes_i2i import SHAPES_IP2P
 
 
@@ -46,21 +46,21 @@ def _edit(score: str):
 def quick():
     """DiffusionNFT: 128 images per epoch (16 edits × 8), 24 epochs (3,072 images), 16 updates per epoch (steps of
     32 images, 4 passes over the epoch's samples); eval before and after (96 images)."""
-    config = _sized(_edit("graded"), epochs=24, images_per_epoch=128, eval_freq=24)
+    config = sized(_edit("graded"), epochs=24, per_epoch=128, eval_freq=24)
     config.expected_minutes = 8.0  # 7 min 53 s alone, default threads (0.167 → 0.250 held-out success)
     return set_forward_objective(config, images_per_step=32, inner_epochs=4)
 
 
 def quick_grpo():
     """GRPO, for comparison: 128 images per epoch, 24 epochs, one optimizer step per epoch, the staged anchor."""
-    config = _sized(_edit("mix"), epochs=24, images_per_epoch=128, eval_freq=24)
-    return _supervised(config, weight=0.5, floor=0.05, warmup=1, ramp=3, consistency=0.0, degradation="")
+    config = sized(_edit("mix"), epochs=24, per_epoch=128, eval_freq=24)
+    return supervised(config, weight=0.5, floor=0.05, warmup=1, ramp=3, consistency=0.0, degradation="")
 
 
 def long():
     """DiffusionNFT: 512 images per epoch (64 × 8), 200 epochs, 16 updates per epoch (steps of 128 images, 4
     passes); eval every 20 epochs."""
-    config = _sized(_edit("graded"), epochs=200, images_per_epoch=512, eval_freq=20)
+    config = sized(_edit("graded"), epochs=200, per_epoch=512, eval_freq=20)
     return set_forward_objective(config, images_per_step=128, inner_epochs=4)
 
 

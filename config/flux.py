@@ -17,25 +17,16 @@ projections and both feed-forwards (``ff``, ``ff_context``), the VAE in float32.
 weight dtype (that trainer's choice); its rewards (GenEval counting 0.5 + image similarity 0.5) are not shipped
 here, so it trains ``clip_score`` 0.5 + ``ssim`` to the row's ``ground_truth`` 0.5 on rows with a ``source_image``
 (set prompts.source). Every number beside its source, and the departures: docs/recipes.md. Per-process numbers come
-from the process count (config/sd3.py's helpers).
+from the process count (config/recipes.py).
 """
 
-from config.base import get_config as base_config
-from config.sd3 import set_epoch_size, set_optimizer_batch
+from config.recipes import JOINT_ATTENTION_LORA, flow_grpo
 from config.tiny import tiny_family
 
-LATENT_DIMS_512 = 16 * 64 * 64  # FLUX.1's latent at 512 px: 16 channels × 64 × 64
 #: Flow-GRPO's LoRA targets for FLUX.1-dev (scripts/train_flux.py): the joint attention's projections and both
 #: feed-forwards; Kontext's trainer adds the single blocks' ``proj_mlp``
 LORA_TARGETS = (
-    "attn.to_k",
-    "attn.to_q",
-    "attn.to_v",
-    "attn.to_out.0",
-    "attn.add_k_proj",
-    "attn.add_q_proj",
-    "attn.add_v_proj",
-    "attn.to_add_out",
+    *JOINT_ATTENTION_LORA,
     "ff.net.0.proj",
     "ff.net.2",
     "ff_context.net.0.proj",
@@ -46,35 +37,24 @@ LORA_TARGETS = (
 def _flow_grpo_flux(
     model: str, distilled_guidance: float, group_size: int, images_per_epoch: int, lora_targets: tuple, vae_dtype: str
 ):
-    config = base_config()
-    config.num_epochs = 100000  # run until stopped by hand (as Flow-GRPO)
-    config.save_freq = 30
-    config.mixed_precision = "bf16"
-    config.pretrained.model = model
-    s = config.sample
-    s.resolution = 512
-    s.num_steps = 6
-    s.eval_num_steps = 28
-    s.guidance_scale = 1.0  # no true CFG: the distilled guidance is an input of the single pass
-    s.distilled_guidance = distilled_guidance
-    s.kernel = "flow_grpo"
-    s.noise_level = 0.9
-    s.group_size = group_size
-    s.max_sequence_length = 128  # Flow-GRPO's FLUX trainers encode 128 T5 tokens (the pipeline's default is 512)
-    s.vae_dtype = vae_dtype
-    s.batch_size = 3  # Flow-GRPO's train_batch_size
-    set_epoch_size(config, images_per_epoch)
-    t = config.train
-    t.batch_size = 3
-    set_optimizer_batch(config, images_per_epoch // 2)  # two optimizer steps per epoch
-    t.learning_rate = 3e-4
-    t.clip_range = 1e-4 * LATENT_DIMS_512
-    t.adv_mode = "global_std"
-    t.beta = 0.0
-    t.timestep_fraction = 5 / 6
-    t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
-    t.lora_target_modules = lora_targets
-    t.ema = True
+    config = flow_grpo(
+        model,
+        save_freq=30,
+        num_steps=6,
+        eval_num_steps=28,
+        guidance_scale=1.0,  # no true CFG: the distilled guidance is an input of the single pass
+        noise_level=0.9,
+        group_size=group_size,
+        batch_size=3,  # Flow-GRPO's train_batch_size
+        images_per_epoch=images_per_epoch,
+        max_sequence_length=128,  # Flow-GRPO's FLUX trainers encode 128 T5 tokens (the pipeline's default is 512)
+        vae_dtype=vae_dtype,
+        beta=0.0,
+        lora=(64, 128.0, lora_targets),
+        ema=True,
+    )
+    config.sample.distilled_guidance = distilled_guidance
+    config.train.timestep_fraction = 5 / 6
     return config
 
 

@@ -34,7 +34,7 @@ skate to 0.80× the base on average over three seeds and costs 6–17.5 points o
 """
 
 from config.base import get_config as base_config
-from config.sd3 import set_epoch_size, set_forward_objective, set_optimizer_batch
+from config.recipes import set_forward_objective, sized
 from worlds.motion import MDM_DIR
 
 #: sampling / evaluation steps and CFG scale of every recipe (the base model was measured with these)
@@ -85,14 +85,6 @@ def _motion(model: str = MDM_DIR):
     return config
 
 
-def _sized(config, *, epochs: int, samples_per_epoch: int, samples_per_step: int, eval_freq: int):
-    config.num_epochs = epochs
-    config.eval.freq = eval_freq
-    set_epoch_size(config, samples_per_epoch)
-    set_optimizer_batch(config, samples_per_step)
-    return config
-
-
 def _anchored(config):
     """The best measured setting (worlds/motion/README.md, "Why it does not learn"): the judge's graded
     ``soft`` score alone, lr 1e-3, and a KL term to the base model (``train.beta`` = 1) that stops the
@@ -106,12 +98,12 @@ def _anchored(config):
 
 def motion_quick():
     """The 15-minute recipe: 64 motions per epoch (8 prompts × 8), one optimizer step per epoch, anchored."""
-    return _anchored(_sized(_motion(), epochs=40, samples_per_epoch=64, samples_per_step=64, eval_freq=40))
+    return _anchored(sized(_motion(), epochs=40, per_epoch=64, per_step=64, eval_freq=40))
 
 
 def motion_long():
     """The long recipe: 128 motions per epoch (16 prompts × 8), 400 epochs, evaluated every 25, anchored."""
-    return _anchored(_sized(_motion(), epochs=400, samples_per_epoch=128, samples_per_step=64, eval_freq=25))
+    return _anchored(sized(_motion(), epochs=400, per_epoch=128, per_step=64, eval_freq=25))
 
 
 #: ``physics``'s reward weights (worlds/motion/physics.py): exp(−λ·metric) per term, each per unit of its metric —
@@ -128,7 +120,7 @@ def physics():
     "GRPO"): skate 0.86 / 0.76 / 0.78× the base, held-out strict −6.0 / −7.5 / −17.5 points — short of issue 26's
     0.7× at no more than −3; physics alone at β 10 (0.90×, −8, seed 0) and the GRPO form (one step per epoch:
     0.98× on the previous base) did worse."""
-    config = _sized(_motion(), epochs=30, samples_per_epoch=64, samples_per_step=16, eval_freq=30)
+    config = sized(_motion(), epochs=30, per_epoch=64, per_step=16, eval_freq=30)
     set_forward_objective(config, images_per_step=16, inner_epochs=4)
     config.reward.fns = {"motion_physics": 1.0, "motion_judge": 1.0}
     config.reward.kwargs = {"motion_physics": dict(PHYSICS_WEIGHTS), "motion_judge": {"score": "soft"}}
@@ -141,7 +133,7 @@ def physics():
 def motion_ppo():
     """MDM users' multi-epoch setting: 4 PPO passes over each epoch's transitions, stopped early once the
     mean approx KL to the sampler exceeds 0.01, on MDM's own ancestral (DDPM) kernel."""
-    config = _sized(_motion(), epochs=40, samples_per_epoch=64, samples_per_step=32, eval_freq=40)
+    config = sized(_motion(), epochs=40, per_epoch=64, per_step=32, eval_freq=40)
     config.sample.kernel = "ddpm"
     config.train.num_inner_epochs = 4
     config.train.kl_threshold = 0.01

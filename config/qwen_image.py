@@ -22,22 +22,13 @@ Their rewards (GenEval counting 0.8 + image similarity 0.2) are not shipped: the
 source, and the departures: docs/recipes.md.
 """
 
-from config.base import get_config as base_config
-from config.sd3 import set_epoch_size, set_optimizer_batch
+from config.recipes import JOINT_ATTENTION_LORA, flow_grpo
 from config.tiny import tiny_family
 
-LATENT_DIMS_512 = 16 * 64 * 64  # Qwen-Image's latent at 512 px: 16 channels × 64 × 64
 #: Flow-GRPO's LoRA targets for the Qwen-Image family (scripts/train_qwenimage*.py): the joint attention's
 #: projections and both streams' MLPs
 LORA_TARGETS = (
-    "attn.to_k",
-    "attn.to_q",
-    "attn.to_v",
-    "attn.to_out.0",
-    "attn.add_k_proj",
-    "attn.add_q_proj",
-    "attn.add_v_proj",
-    "attn.to_add_out",
+    *JOINT_ATTENTION_LORA,
     "img_mlp.net.0.proj",
     "img_mlp.net.2",
     "txt_mlp.net.0.proj",
@@ -48,34 +39,28 @@ LORA_TARGETS = (
 def _flow_grpo_qwen(
     model: str, group_size: int, images_per_epoch: int, noise_level: float, window: int, window_range: tuple | None
 ):
-    config = base_config()
-    config.num_epochs = 100000  # run until stopped by hand (as Flow-GRPO)
-    config.save_freq = 30
-    config.mixed_precision = "bf16"
-    config.pretrained.model = model
+    config = flow_grpo(
+        model,
+        save_freq=30,
+        num_steps=10,
+        eval_num_steps=50,
+        guidance_scale=4.0,
+        noise_level=noise_level,
+        group_size=group_size,
+        batch_size=4,  # Flow-GRPO's train_batch_size
+        images_per_epoch=images_per_epoch,
+        max_sequence_length=0,  # the pipeline's default text length (512), as Flow-GRPO's samplers
+        vae_dtype="fp32",  # Flow-GRPO's Qwen trainers keep the VAE in float32
+        beta=0.0,
+        lora=(64, 128.0, LORA_TARGETS),
+        ema=False,
+    )
     s = config.sample
-    s.resolution, s.num_steps, s.eval_num_steps = 512, 10, 50
-    s.guidance_scale = 4.0
-    s.kernel, s.noise_level = "flow_grpo", noise_level
-    s.group_size = group_size
     s.negative_prompt = " "  # Flow-GRPO's Qwen trainers pass " " as the negative prompt
-    s.max_sequence_length = 0  # the pipeline's default text length (512), as Flow-GRPO's samplers
-    s.vae_dtype = "fp32"  # Flow-GRPO's Qwen trainers keep the VAE in float32
     s.sde_window_size = window
     s.sde_window_range = window_range
-    s.batch_size = 4  # Flow-GRPO's train_batch_size
-    set_epoch_size(config, images_per_epoch)
-    t = config.train
-    t.batch_size = 4
-    set_optimizer_batch(config, images_per_epoch // 2)  # two optimizer steps per epoch
-    t.learning_rate = 3e-4
-    t.clip_range = 1e-4 * LATENT_DIMS_512
-    t.adv_mode = "global_std"
-    t.beta = 0.0
-    t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
-    t.lora_target_modules = LORA_TARGETS
     config.distributed.strategy = "fsdp"  # Flow-GRPO's Qwen trainers: FSDP FULL_SHARD (scripts/train_qwenimage*.py)
-    t.gradient_checkpointing = True  # with activation checkpointing (its config.activation_checkpointing = True)
+    config.train.gradient_checkpointing = True  # with activation checkpointing (its config.activation_checkpointing)
     return config
 
 

@@ -31,7 +31,7 @@ is the same instruction, and the trainer keys groups by prompt — with shared n
 """
 
 from config.base import get_config as base_config
-from config.sd3 import set_epoch_size, set_optimizer_batch
+from config.recipes import sized
 from worlds.shapes_i2i import SHAPES_IP2P
 
 
@@ -83,7 +83,8 @@ def image_conditioned(model: str, *, train_rows: str, test_rows: str, stratify_b
     return config
 
 
-def _supervised(config, *, weight: float, floor: float, warmup: int, ramp: int, consistency: float, degradation: str):
+def supervised(config, *, weight: float, floor: float, warmup: int, ramp: int, consistency: float, degradation: str):
+    """A supervised loss mixed into GRPO (ddpo_grpo/schedules.py; also used by config/edit.py)."""
     t = config.train
     t.sup_weight = weight  # λ_sup at the start
     t.sup_schedule = "staged"  # "constant" | "linear" | "staged"
@@ -106,20 +107,12 @@ def _restore():
     config.reward.fns = {"psnr_ssim": 1.0}
     config.reward.kwargs = {"psnr_ssim": {"psnr_weight": 0.5, "ssim_weight": 0.5, "psnr_scale_db": 40.0}}
     config.eval.reward = "psnr_ssim"
-    return _supervised(config, weight=1.0, floor=0.0, warmup=2, ramp=4, consistency=0.0, degradation="row")
-
-
-def _sized(config, *, epochs: int, images_per_epoch: int, eval_freq: int):
-    config.num_epochs = epochs
-    config.eval.freq = eval_freq
-    set_epoch_size(config, images_per_epoch)
-    set_optimizer_batch(config, images_per_epoch)  # one optimizer step per epoch
-    return config
+    return supervised(config, weight=1.0, floor=0.0, warmup=2, ramp=4, consistency=0.0, degradation="row")
 
 
 def quick():
     """128 images per epoch (16 source images × 8), 24 epochs (3,072 images); eval before and after (96 images)."""
-    return _sized(_restore(), epochs=24, images_per_epoch=128, eval_freq=24)
+    return sized(_restore(), epochs=24, per_epoch=128, eval_freq=24)
 
 
 def quick_grpo():
@@ -145,7 +138,7 @@ def quick_supervised():
 
 def long():
     """512 images per epoch (64 × 8), 200 epochs; eval every 20 epochs; a longer hand-over."""
-    config = _sized(_restore(), epochs=200, images_per_epoch=512, eval_freq=20)
+    config = sized(_restore(), epochs=200, per_epoch=512, eval_freq=20)
     config.train.sup_warmup_epochs, config.train.sup_ramp_epochs = 5, 20
     return config
 

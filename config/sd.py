@@ -11,15 +11,13 @@ Departure: DDPO draws one image per prompt and normalises by each prompt's rewar
 needs groups, so here each prompt gets 4 images (64 prompts per epoch) and train.adv_mode "buffer"
 pools a prompt's rewards across epochs as ddpo-pytorch's stat tracker does.
 
-Per-process numbers are derived from the process count P (WORLD_SIZE); see config/sd3.py for the
+Per-process numbers are derived from the process count P (WORLD_SIZE); see config/recipes.py for the
 helpers and for what a command-line override of a batch size then requires. Every number beside its source, and the
 departures: docs/recipes.md.
 """
 
 from config.base import get_config as base_config
-from config.sd3 import set_epoch_size, set_optimizer_batch
-
-DDPO_IMAGES_PER_EPOCH = 256
+from config.recipes import DDPO_IMAGES_PER_EPOCH, set_epoch_size, set_optimizer_batch
 
 
 def compressibility():

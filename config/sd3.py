@@ -10,140 +10,49 @@ r=32 / α=64 on the joint attention's projections (``attn.*``, not SD3.5's secon
 float32, lr 3e-4, PPO clip 1e-4, KL β·KL(π_θ ‖ π_ref) to the base model. Every number beside its source, and the
 departures (bf16 where Flow-GRPO's base config leaves fp16; the EMA's schedule): docs/recipes.md.
 
-No GPU count is written down: the GLOBAL sizes (images per epoch, images per optimizer step) are fixed
-and the per-process numbers are derived from the process count P, read from WORLD_SIZE (set by
-``accelerate launch`` / ``torchrun``; 1 for a plain ``python scripts/train.py``). A P that does not divide
-them raises ValueError when the config is loaded. The derived numbers are computed once, at load:
-a command-line override of sample.batch_size or train.batch_size must come with matching
---config.sample.num_batches_per_epoch / --config.train.gradient_accumulation_steps.
-
-``num_processes``, ``set_epoch_size``, ``set_optimizer_batch`` and ``set_forward_objective`` are shared with the
-other recipe files.
+Per-process numbers come from the process count P (config/recipes.py: the GLOBAL sizes are fixed; a P that does
+not divide them raises ValueError at load).
 """
 
-import os
-
-from config.base import get_config as base_config
+# (the helpers that lived here until the recipes moved to config/recipes.py, importable from here one release)
+from config.recipes import JOINT_ATTENTION_LORA, flow_grpo, set_epoch_size, set_forward_objective, set_optimizer_batch  # noqa: F401
+from ddpo_grpo.distributed import world_size as num_processes  # noqa: F401
 
 FLOW_GRPO_IMAGES_PER_EPOCH = 48 * 24  # 48 prompts × group of 24 = 1152
-FLOW_GRPO_IMAGES_PER_STEP = FLOW_GRPO_IMAGES_PER_EPOCH // 2  # two optimizer steps per epoch
-#: Flow-GRPO's LoRA targets for SD3.5 (scripts/train_sd3.py, train_sd3_fast.py): the joint attention's projections
-LORA_TARGETS = (
-    "attn.add_k_proj",
-    "attn.add_q_proj",
-    "attn.add_v_proj",
-    "attn.to_add_out",
-    "attn.to_k",
-    "attn.to_out.0",
-    "attn.to_q",
-    "attn.to_v",
-)
-
-
-# ---- helpers: per-process numbers from global sizes -------------------------------------------
-
-
-def num_processes() -> int:
-    """The number of training processes P: WORLD_SIZE (set by accelerate launch / torchrun), else 1."""
-    raw = os.environ.get("WORLD_SIZE", "1")
-    try:
-        p = int(raw)
-    except ValueError:
-        raise ValueError(f"WORLD_SIZE={raw!r} is not an integer process count") from None
-    if p < 1:
-        raise ValueError(f"WORLD_SIZE={raw!r} must be ≥ 1")
-    return p
-
-
-def set_epoch_size(config, images_per_epoch: int):
-    """Set sample.num_batches_per_epoch = images_per_epoch / (P × sample.batch_size); ValueError if inexact."""
-    p = num_processes()
-    per_batch = p * config.sample.batch_size  # images per sampling batch, all processes together
-    if images_per_epoch % per_batch:
-        raise ValueError(
-            f"sample.num_batches_per_epoch: {images_per_epoch} images per epoch cannot be split into batches of "
-            f"processes × sample.batch_size = {p} × {config.sample.batch_size} = {per_batch}; launch a process "
-            f"count (WORLD_SIZE={p}) or set a sample.batch_size such that the product divides {images_per_epoch}"
-        )
-    config.sample.num_batches_per_epoch = images_per_epoch // per_batch
-    return config
-
-
-def set_optimizer_batch(config, images_per_step: int):
-    """Set train.gradient_accumulation_steps = images_per_step / (P × train.batch_size); ValueError if inexact."""
-    p = num_processes()
-    per_minibatch = p * config.train.batch_size  # samples per minibatch, all processes together
-    if images_per_step % per_minibatch:
-        raise ValueError(
-            f"train.gradient_accumulation_steps: {images_per_step} images per optimizer step cannot be split into "
-            f"minibatches of processes × train.batch_size = {p} × {config.train.batch_size} = {per_minibatch}; "
-            f"launch a process count (WORLD_SIZE={p}) or set a train.batch_size such that the product divides "
-            f"{images_per_step}"
-        )
-    config.train.gradient_accumulation_steps = images_per_step // per_minibatch
-    return config
-
-
-def set_forward_objective(config, *, images_per_step: int, inner_epochs: int, objective: str = "nft"):
-    """Train with a forward-process objective (``train.objective``, ddpo_grpo/losses.py; DiffusionNFT by default)
-    on deterministic rollouts: such an objective needs no transition log-probs, so every step is the ODE
-    (flow kernels: noise_level 0) or DDIM η = 0 (denoising kernels), and each group member starts from its own
-    noise. Each final sample is noised again at 4 timesteps (train.forward_timesteps); AdamW lr 1e-3 without
-    weight decay; ``images_per_step`` per optimizer step, ``inner_epochs`` passes over each epoch's samples."""
-    s = config.sample
-    s.noise_level = 0.0
-    s.share_group_noise = False
-    s.sde_window_size = 0
-    t = config.train
-    t.objective = objective
-    t.optimizer = "adamw"
-    t.learning_rate = 1e-3
-    t.adam_weight_decay = 0.0
-    t.forward_timesteps = 4
-    t.num_inner_epochs = inner_epochs
-    return set_optimizer_batch(config, images_per_step)
+#: Flow-GRPO's LoRA targets for SD3.5 (scripts/train_sd3.py, train_sd3_fast.py): the joint attention's projections,
+#: in that file's (sorted) order
+LORA_TARGETS = tuple(sorted(JOINT_ATTENTION_LORA))
 
 
 # ---- the shared Flow-GRPO recipe ----------------------------------------------------------------
 
 
 def _flow_grpo(reward_name: str):
-    config = base_config()
-    config.num_epochs = 100000  # run until stopped by hand (as Flow-GRPO); watch the eval reward
-    config.save_freq = 60
-    config.mixed_precision = "bf16"
-    config.pretrained.model = "stabilityai/stable-diffusion-3.5-medium"
-
-    s = config.sample
-    s.resolution = 512
-    s.num_steps = 10
-    s.eval_num_steps = 40
-    s.guidance_scale = 4.5
-    s.kernel = "flow_grpo"
-    s.noise_level = 0.7
-    s.group_size = 24
-    # Flow-GRPO encodes prompts with 128 T5 tokens (its train_sd3.py), not diffusers' default 256.
-    s.max_sequence_length = 128
-    s.vae_dtype = "fp32"  # Flow-GRPO's train_sd3.py keeps the VAE in float32
     # 9 per process is Flow-GRPO's value: with 1152 = 2^7 × 9 images per epoch and 576 = 2^6 × 9 per
     # optimizer step, every power-of-two P up to 64 divides both.
-    # 1152 images / (P × 9 per batch) = 128/P batches per process.
-    s.batch_size = 9
-    set_epoch_size(config, FLOW_GRPO_IMAGES_PER_EPOCH)
-
-    t = config.train
+    # 1152 images / (P × 9 per batch) = 128/P batches per process;
     # (128/P × 9) samples / 9 per minibatch = 128/P minibatches per process;
     # 576 images per optimizer step / (P × 9) = 64/P accumulated minibatches → 2 optimizer steps per epoch.
-    t.batch_size = 9
-    set_optimizer_batch(config, FLOW_GRPO_IMAGES_PER_STEP)
-    t.learning_rate = 3e-4
+    config = flow_grpo(
+        "stabilityai/stable-diffusion-3.5-medium",
+        save_freq=60,
+        num_steps=10,
+        eval_num_steps=40,
+        guidance_scale=4.5,
+        noise_level=0.7,
+        group_size=24,
+        batch_size=9,
+        images_per_epoch=FLOW_GRPO_IMAGES_PER_EPOCH,
+        # Flow-GRPO encodes prompts with 128 T5 tokens (its train_sd3.py), not diffusers' default 256.
+        max_sequence_length=128,
+        vae_dtype="fp32",  # Flow-GRPO's train_sd3.py keeps the VAE in float32
+        beta=0.04,
+        lora=(32, 64.0, LORA_TARGETS),
+        ema=True,  # logged samples and the export use the EMA weights, as Flow-GRPO's evaluation does
+    )
+    t = config.train
     t.num_inner_epochs = 1
-    t.clip_range = 1e-4 * 16 * 64 * 64  # Flow-GRPO's 1e-4 per latent dimension × d (512 px: 16×64×64)
     t.adv_clip_max = 5.0
-    # Flow-GRPO's configs set global_std=True: A = (r − μ_prompt) / σ over the whole epoch's rewards,
-    # which keeps near-flat groups from being blown up to ±1 (plain GRPO would be "zscore").
-    t.adv_mode = "global_std"
-    t.beta = 0.04
     # Flow-GRPO's KL is the Gaussian KL × |Δσ| (÷ g² only, not ÷ the transition variance g²|Δσ|): with
     # this estimator β means what Flow-GRPO's β means (losses.flow_grpo_kl; docs/migration.md)
     t.kl_estimator = "flow_grpo"
@@ -151,11 +60,6 @@ def _flow_grpo(reward_name: str):
     # here ⌈0.9 × 10⌉ = 9 first steps gives the same set.
     t.timestep_fraction = 0.9
     t.timestep_selection = "first"
-    t.use_lora = True
-    t.lora_rank = 32
-    t.lora_alpha = 64.0
-    t.lora_target_modules = LORA_TARGETS
-    t.ema = True  # logged samples and the export use the EMA weights, as Flow-GRPO's evaluation does
 
     config.reward.fns = {reward_name: 1.0}
     config.reward.kwargs = {}

@@ -11,14 +11,13 @@ to ±5, 256 images per epoch in groups of 4 with per-prompt reward buffers (conf
 groups), two optimizer steps per epoch, 200 epochs, fp16, the LAION aesthetic reward. The VAE follows the checkpoint's
 rule (``sample.vae_dtype`` "auto"): the SDXL-base VAE says ``force_upcast`` and overflows in float16, so it runs in
 float32 (DDPO's SD 1.x VAE ran in float16). Every number beside its source: docs/recipes.md. Per-process numbers come
-from the process count (config/sd3.py's helpers).
+from the process count (config/recipes.py).
 """
 
 from config.base import get_config as base_config
-from config.sd3 import set_epoch_size, set_optimizer_batch
+from config.recipes import DDPO_IMAGES_PER_EPOCH, set_epoch_size, set_optimizer_batch
 from config.tiny import tiny_family
 
-DDPO_IMAGES_PER_EPOCH = 256
 LATENT_DIMS_1024 = 4 * 128 * 128
 
 

@@ -25,12 +25,13 @@ Choices for a CPU budget, from the runs recorded in docs/experiments/2026-11-22-
     noisy (two 64-image halves of one epoch's gradient have cosine ≈ 0.0–0.04 here), so every step
     averages the largest batch the epoch has, and moves along that average rather than along AdamW's
     per-coordinate normalisation of it, which is mostly noise.
-Per-process numbers scale with WORLD_SIZE as in config/sd3.py; the quick recipes are sized for one
+Per-process numbers scale with WORLD_SIZE (config/recipes.py); the quick recipes are sized for one
 process on a 2-core CPU.
 """
 
 from config.base import get_config as base_config
-from config.sd3 import num_processes, set_epoch_size, set_forward_objective, set_optimizer_batch
+from config.recipes import set_forward_objective, sized
+from ddpo_grpo.distributed import world_size
 from worlds.shapes import SHAPES_SD, SHAPES_SD3
 
 
@@ -91,24 +92,17 @@ def _early_window(config):
     return config
 
 
-def _sized(config, *, epochs: int, images_per_epoch: int, eval_freq: int):
-    """Run length and global batch sizes: one optimizer step per epoch, averaging all its images.
-
-    One step per epoch, not two half-epoch steps: at SD's lr 500, sd_long with two 256-image steps per
-    512-image epoch fell from 0.53 to 0.20 held-out strict within 10 epochs (22 steps of norm ≈ 0.4 whose
-    mostly-noise directions add up), while one 512-image step per epoch (norm ≈ 0.22) held (docs/experiments/)."""
-    config.num_epochs = epochs
-    config.eval.freq = eval_freq
-    set_epoch_size(config, images_per_epoch)
-    set_optimizer_batch(config, images_per_epoch)
-    return config
+# Sizes (config/recipes.py's ``sized``): one optimizer step per epoch, averaging all its images, not two half-epoch
+# steps: at SD's lr 500, sd_long with two 256-image steps per 512-image epoch fell from 0.53 to 0.20 held-out strict
+# within 10 epochs (22 steps of norm ≈ 0.4 whose mostly-noise directions add up), while one 512-image step per epoch
+# (norm ≈ 0.22) held (docs/experiments/).
 
 
 def sd3_quick():
     """The GRPO quickstart: 256 images per epoch (32 prompts, 8 per task, × 8), 1 optimizer step per epoch,
     40 epochs (10,240 images): the 15-minute budget alone on a 2-core CPU (14 min 14 s measured there,
     0.276 → 0.339 held-out strict under the old judge, before issue 27 tightened it; docs/experiments/). Held-out evaluation before and after training only (≈ 16 s each)."""
-    config = _sized(_early_window(_shapes(SHAPES_SD3)), epochs=40, images_per_epoch=256, eval_freq=40)
+    config = sized(_early_window(_shapes(SHAPES_SD3)), epochs=40, per_epoch=256, eval_freq=40)
     # printed at start-up; --config.num_epochs trades time for gain: 16 epochs took 6 min 49 s alone and moved
     # held-out strict by -1, 0 and +1.6 points in three runs (docs/experiments/), 40 epochs by +2.6 and +6.3
     config.expected_minutes = 15.0
@@ -128,8 +122,8 @@ def sd3_nft():
     quickstart is sd_nft). Under the old judge: held-out strict 0.276 → 0.365 / 0.349 (seeds 0 / 1, 822 s / 802 s beside another
     job), against 0.276 → 0.292 / 0.276 for the GRPO recipe at the same 4,096 images
     (docs/experiments/2026-11-23-objectives-benchmark.md)."""
-    config = _sized(_early_window(_shapes(SHAPES_SD3)), epochs=16, images_per_epoch=256, eval_freq=16)
-    config.train.batch_size = min(config.train.batch_size, 64 // num_processes())  # 8 processes: minibatches of 8
+    config = sized(_early_window(_shapes(SHAPES_SD3)), epochs=16, per_epoch=256, eval_freq=16)
+    config.train.batch_size = min(config.train.batch_size, 64 // world_size())  # 8 processes: minibatches of 8
     set_forward_objective(config, images_per_step=64, inner_epochs=2)  # 4 steps per inner epoch
     config.probe.freq = 4
     config.expected_minutes = 8.0  # 7 min 24 s alone, default threads (0.276 → 0.328 held-out strict, old judge)
@@ -155,8 +149,8 @@ def sd_nft():
     [+3.0, +8.7] / +4.1 [+1.1, +7.1]; the two scorers' gains differ by +0.8 [-1.7, +3.3] / +1.4 [-1.5, +4.3] —
     the same gain, mostly in counting (+14 to +20 points) and two objects; position does not move. The +10-point
     target of issue 27 is not reached (docs/experiments/2026-11-26-independent-judge.md)."""
-    config = _sized(_sd(), epochs=12, images_per_epoch=256, eval_freq=12)
-    config.train.batch_size = min(config.train.batch_size, 64 // num_processes())
+    config = sized(_sd(), epochs=12, per_epoch=256, eval_freq=12)
+    config.train.batch_size = min(config.train.batch_size, 64 // world_size())
     set_forward_objective(config, images_per_step=64, inner_epochs=2)
     # held out by the world judge (headline eval/*) and by the detector that shares no code with it (eval.shapes_detector/*)
     config.eval.reward = "shapes,shapes_detector"
@@ -171,17 +165,17 @@ def sd_nft():
 def sd_quick():
     """The SD (UNet + DDIM) counterpart of sd3_quick: DDPO's stochastic DDIM (η = 1) in the same window,
     the same sizes (≈ 13 min alone on a 2-core CPU)."""
-    return _sized(_sd(), epochs=40, images_per_epoch=256, eval_freq=40)
+    return sized(_sd(), epochs=40, per_epoch=256, eval_freq=40)
 
 
 def sd3_long():
     """The long recipe: 512 images per epoch (64 prompts × 8) and one step each, 300 epochs (153,600 images)."""
-    return _sized(_early_window(_shapes(SHAPES_SD3)), epochs=300, images_per_epoch=512, eval_freq=25)
+    return sized(_early_window(_shapes(SHAPES_SD3)), epochs=300, per_epoch=512, eval_freq=25)
 
 
 def sd_long():
     """The long recipe for the SD model (same sizes as sd3_long)."""
-    return _sized(_sd(), epochs=300, images_per_epoch=512, eval_freq=25)
+    return sized(_sd(), epochs=300, per_epoch=512, eval_freq=25)
 
 
 EXPERIMENTS = ("sd3_quick", "sd3_nft", "sd_nft", "sd_quick", "sd3_long", "sd_long")

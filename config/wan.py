@@ -28,12 +28,11 @@ the departures: docs/recipes.md.
 """
 
 from config.base import get_config as base_config
-from config.sd3 import set_epoch_size, set_optimizer_batch
+from config.recipes import flow_factory_grpo, run_until_stopped
 from config.tiny import tiny_family
 
 LATENT_DIMS = 16 * 9 * 30 * 30  # Wan's latent of 33 frames at 240 px: 16 channels × 9 latent frames × 30 × 30
 LATENT_DIMS_A14B = 16 * 2 * 60 * 60  # 5 frames at 480 px: 16 channels × 2 latent frames × 60 × 60
-A14B_VIDEOS_PER_EPOCH = 48 * 16  # Flow-Factory's unique_sample_num_per_epoch × group_size
 #: Flow-GRPO's Wan LoRA targets (scripts/train_wan2_1.py; the add_* projections exist in image-conditioned Wan only)
 LORA_TARGETS = ("add_k_proj", "add_q_proj", "add_v_proj", "to_add_out", "to_k", "to_out.0", "to_q", "to_v")
 #: Flow-Factory's default Wan LoRA targets (src/flow_factory/models/wan/wan2_t2v.py, wan2_i2v.py)
@@ -56,11 +55,7 @@ def t2v():
 
     Hardware: 1 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
     """
-    config = base_config()
-    config.num_epochs = 100000  # run until stopped by hand (as Flow-GRPO)
-    config.save_freq = 60
-    config.mixed_precision = "bf16"
-    config.pretrained.model = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+    config = run_until_stopped(base_config(), model="Wan-AI/Wan2.1-T2V-1.3B-Diffusers", save_freq=60)
     s = config.sample
     s.resolution, s.num_frames, s.num_steps, s.eval_num_steps = 240, 33, 20, 50
     s.guidance_scale = 4.5
@@ -86,32 +81,24 @@ def t2v():
 def _flow_factory_a14b(model: str, num_steps: int, guidance: float, guidance_2, window_range: tuple, experts: str):
     """Flow-Factory's Wan 2.2 A14B GRPO LoRA recipe: 768 videos / (P × 1 per batch) = 768/P batches per process, two
     optimizer steps per epoch (384 videos each), one trained SDE step per video."""
-    config = base_config()
-    config.num_epochs = 100000  # run until stopped by hand (Flow-Factory: no max_epochs)
-    config.save_freq = 20
-    config.mixed_precision = "bf16"
-    config.pretrained.model = model
+    config = flow_factory_grpo(
+        model,
+        save_freq=20,
+        resolution=480,
+        num_steps=num_steps,
+        eval_num_steps=28,
+        guidance_scale=guidance,  # the high-noise expert's CFG w
+        noise_level=0.9,
+        window_range=window_range,
+        batch_size=1,
+        learning_rate=1e-4,
+        latent_dims=LATENT_DIMS_A14B,
+        lora_targets=A14B_LORA_TARGETS,
+    )
     s = config.sample
-    s.resolution, s.num_frames, s.num_steps, s.eval_num_steps = 480, 5, num_steps, 28
-    s.guidance_scale = guidance  # the high-noise expert's CFG w
+    s.num_frames = 5
     s.guidance_scale_2 = guidance_2  # the low-noise expert's (None = guidance)
-    s.kernel, s.noise_level = "flow_grpo", 0.9
-    s.sde_window_size, s.sde_window_range = 1, window_range
-    s.max_sequence_length = 0  # the pipeline's default (512)
     s.experts = experts
-    s.batch_size, s.group_size = 1, 16
-    set_epoch_size(config, A14B_VIDEOS_PER_EPOCH)
-    t = config.train
-    t.batch_size = 1
-    set_optimizer_batch(config, A14B_VIDEOS_PER_EPOCH // 2)
-    t.learning_rate = 1e-4
-    t.clip_range = 1e-4 * LATENT_DIMS_A14B
-    t.adv_clip_max = 5.0
-    t.adv_mode = "zscore"
-    t.beta = 0.0
-    t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
-    t.lora_target_modules = A14B_LORA_TARGETS
-    t.ema = True
     # sharded as Flow-Factory shards its Wan 2.2 runs (DeepSpeed ZeRO-2, or FSDP2 as its t2v.yaml advises), the text
     # encoder off the GPU between uses as its models' off_load_text_encoder: the planner's 80 GiB needs both
     config.distributed.strategy = "fsdp"
@@ -119,8 +106,7 @@ def _flow_factory_a14b(model: str, num_steps: int, guidance: float, guidance_2, 
     # each sample's steps in order (flow_grpo's Wan trainer keeps them so too): a minibatch column then holds one
     # expert's steps on every process (training passes 1.8x faster than shuffled steps on the tiny two-expert Wan, 2 CPU
     # processes: docs/experiments/2026-11-27-wan-grid-guidance-experts.md)
-    t.shuffle_steps = False
-    config.reward.fns = {"pickscore": 1.0}
+    config.train.shuffle_steps = False
     config.reward.frame_reduction = "mean"
     return config
 

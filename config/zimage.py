@@ -16,12 +16,9 @@ casts every frozen component to it). The scheduler's shift (3) is the checkpoint
 and the departures (the EMA's schedule): docs/recipes.md.
 """
 
-from config.base import get_config as base_config
-from config.sd3 import set_epoch_size, set_optimizer_batch
+from config.recipes import LATENT_DIMS_512, flow_factory_grpo
 from config.tiny import tiny_family
 
-IMAGES_PER_EPOCH = 48 * 16  # Flow-Factory's unique_sample_num_per_epoch × group_size
-LATENT_DIMS_512 = 16 * 64 * 64  # Z-Image's latent at 512 px: 16 channels × 64 × 64
 #: Flow-Factory's default LoRA targets for Z-Image (src/flow_factory/models/z_image/z_image.py)
 LORA_TARGETS = (
     "attention.to_k",
@@ -40,32 +37,20 @@ def pickscore():
 
     Hardware: 8 × 80 GiB GPUs (the planner's margin: tests/test_planner.py).
     """
-    config = base_config()
-    config.num_epochs = 100000  # run until stopped by hand (Flow-Factory: no max_epochs)
-    config.save_freq = 40
-    config.mixed_precision = "bf16"
-    config.pretrained.model = "Tongyi-MAI/Z-Image-Turbo"
-    s = config.sample
-    s.resolution, s.num_steps, s.eval_num_steps = 512, 6, 10
-    s.guidance_scale = 1.0  # Turbo: no CFG (Flow-Factory's guidance_scale 0 is the pipeline's g; w = 1 + g)
-    s.kernel, s.noise_level = "flow_grpo", 0.7
-    s.sde_window_size, s.sde_window_range = 1, (1, 3)  # one SDE step, at step 1, 2 or 3
-    s.group_size, s.batch_size = 16, 8
-    s.max_sequence_length = 0  # the pipeline's default (512), as Flow-Factory's encoder
-    set_epoch_size(config, IMAGES_PER_EPOCH)
-    t = config.train
-    t.batch_size = 8
-    set_optimizer_batch(config, IMAGES_PER_EPOCH // 2)
-    t.learning_rate = 3e-4
-    t.clip_range = 1e-4 * LATENT_DIMS_512
-    t.adv_clip_max = 5.0
-    t.adv_mode = "zscore"
-    t.beta = 0.0
-    t.use_lora, t.lora_rank, t.lora_alpha = True, 64, 128.0
-    t.lora_target_modules = LORA_TARGETS
-    t.ema = True
-    config.reward.fns = {"pickscore": 1.0}
-    return config
+    return flow_factory_grpo(
+        "Tongyi-MAI/Z-Image-Turbo",
+        save_freq=40,
+        resolution=512,
+        num_steps=6,
+        eval_num_steps=10,
+        guidance_scale=1.0,  # Turbo: no CFG (Flow-Factory's guidance_scale 0 is the pipeline's g; w = 1 + g)
+        noise_level=0.7,
+        window_range=(1, 3),  # one SDE step, at step 1, 2 or 3
+        batch_size=8,
+        learning_rate=3e-4,  # AdamW with the base config's weight decay 1e-4 (Flow-Factory's)
+        latent_dims=LATENT_DIMS_512,  # Z-Image's latent at 512 px: 16 channels × 64 × 64
+        lora_targets=LORA_TARGETS,
+    )
 
 
 def tiny():

@@ -15,7 +15,7 @@ from ddpo_grpo.advantages import ADVANTAGE_MODES
 from ddpo_grpo.heldout import scorer_kwargs, scorer_names
 from ddpo_grpo.kernels import BOUNDED_NOISE, FLOW_KERNELS, KERNELS
 from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
-from ddpo_grpo.policies.base import VAE_DTYPES
+from ddpo_grpo.policies.settings import VAE_DTYPES, noise_level_in_range
 from foundation.errors import ConfigError
 
 REFERENCE_UPDATES = ("fixed", "hard", "soft")
@@ -58,8 +58,25 @@ def derived_totals(config, num_processes: int) -> dict:
 
 
 def validate(config, num_processes: int = 1) -> dict:
-    """Check every cross-field constraint; return the derived totals (see config/base.py)."""
+    """Check every cross-field constraint; return the derived totals (see config/base.py). The problems are
+    collected section by section (each function below names its own); the batch arithmetic is checked only when
+    the fields it divides by are valid."""
     p: list[str] = []
+    for check in (_counts, _choices, _noise, _steps_and_rate, _check_run_name, _objective, _image_conditioning):
+        check(p, config)
+    for check in (_updates, _sample_storage, _distributed, _reward):
+        check(p, config)
+    if not p:
+        _batch_arithmetic(p, config, num_processes)
+    for check in (_optimizer, _probe, _evaluation):
+        check(p, config)
+    if p:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
+    return derived_totals(config, num_processes)
+
+
+def _counts(p: list[str], config) -> None:
+    """Sizes and counts: positive integers; groups of at least 2."""
     s, t = config.sample, config.train
     for name in ("num_steps", "batch_size", "num_batches_per_epoch", "resolution", "group_size"):
         _positive(p, f"sample.{name}", s[name])
@@ -68,6 +85,11 @@ def validate(config, num_processes: int = 1) -> dict:
     _positive(p, "num_epochs", config.num_epochs, allow_zero=True)
     if isinstance(s.group_size, int) and s.group_size < 2:
         p.append(f"sample.group_size={s.group_size} must be ≥ 2: group-relative advantages need ≥ 2 images per prompt")
+
+
+def _choices(p: list[str], config) -> None:
+    """Fields that name one of a registry's entries (kernels, advantage modes, KL estimators, …)."""
+    s, t = config.sample, config.train
     _choice(p, "sample.kernel", s.kernel, ("", *KERNELS))
     if s.get("sde_type") is not None:
         _choice(p, "sample.sde_type", s.sde_type, FLOW_KERNELS)
@@ -78,21 +100,37 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "train.timestep_selection", t.timestep_selection, STEP_SELECTIONS)
     _choice(p, "mixed_precision", config.mixed_precision, MIXED_PRECISION)
     _choice(p, "logging.tracker", config.logging.tracker, TRACKERS)
+
+
+def _noise(p: list[str], config) -> None:
+    """``sample.noise_level`` (and the deprecated ``sample.eta``) for the configured kernel: the field's one range
+    check (``noise_level_in_range``). With ``sample.kernel`` "" the kernel is the family's default, known once the
+    model is loaded: the policy checks that case (``Policy.resolve_noise_level``)."""
+    s = config.sample
     if s.get("eta") is not None and not 0 <= s.eta <= 1:
         p.append(f"sample.eta={s.eta} must be in [0, 1] (0 = deterministic DDIM, 1 = DDPM-like)")
     kernel = s.kernel or s.get("sde_type") or ""
-    if s.noise_level is not None and (not s.noise_level >= 0 or (kernel in BOUNDED_NOISE and s.noise_level > 1)):
+    if s.noise_level is not None and not noise_level_in_range(s.noise_level, kernel):
         p.append(
             f"sample.noise_level={s.noise_level} must be ≥ 0 (and ≤ 1 for the kernels {list(BOUNDED_NOISE)}; "
             "None = the kernel's default)"
         )
+
+
+def _steps_and_rate(p: list[str], config) -> None:
+    """The trained steps' fraction, the learning rate, the guard's limits."""
+    t = config.train
     if not 0 < t.timestep_fraction <= 1:
         p.append(f"train.timestep_fraction={t.timestep_fraction} must be in (0, 1]")
     if not t.learning_rate >= 0:  # 0 is allowed: sampling and evaluation without updates, for checks
         p.append(f"train.learning_rate={t.learning_rate} must be ≥ 0 (typical: 1e-4 … 3e-4 for AdamW on LoRA)")
     for name in ("max_consecutive_skips", "max_degenerate_epochs"):
         _positive(p, f"train.{name}", t[name], allow_zero=True)
-    _check_run_name(p, config)
+
+
+def _objective(p: list[str], config) -> None:
+    """The objective, its clip range and forward-process settings, the supervised schedule."""
+    t = config.train
     if t.clip_range <= 0:
         p.append(f"train.clip_range={t.clip_range} must be > 0 (the per-sample ratio bound, e.g. 0.2)")
     _choice(p, "train.objective", t.objective, OBJECTIVES)
@@ -100,7 +138,12 @@ def validate(config, num_processes: int = 1) -> dict:
     _choice(p, "train.cfg_uncond_grad", t.cfg_uncond_grad, ("keep", "detach"))
     _positive(p, "train.forward_timesteps", t.forward_timesteps)
     p.extend(schedules.check(config))
-    g = s.image_guidance_scale
+
+
+def _image_conditioning(p: list[str], config) -> None:
+    """Image-conditioned families: the image guidance, the data-consistency term and its degradation."""
+    t = config.train
+    g = config.sample.image_guidance_scale
     if isinstance(g, bool) or not isinstance(g, (int, float)) or g < 1:
         p.append(f"sample.image_guidance_scale={g!r} must be a number ≥ 1 (1 = no image guidance)")
     _positive(p, "train.consistency_weight", t.consistency_weight, integer=False, allow_zero=True)
@@ -111,6 +154,12 @@ def validate(config, num_processes: int = 1) -> dict:
             p.append(str(exc))
     if t.consistency_weight > 0 and not t.degradation:
         p.append("train.consistency_weight > 0 needs train.degradation: 'row' or a spec like 'blur:1.5'")
+
+
+def _updates(p: list[str], config) -> None:
+    """The update's guards and coefficients: gradient clips, the lagging sampler, the objectives' temperatures,
+    LoRA dropout, KL, the reference model, how rewards combine."""
+    t = config.train
     if not (t.max_grad_norm > 0 and t.grad_norm_ratio >= 0):
         p.append(
             f"train.max_grad_norm={t.max_grad_norm} must be > 0 and train.grad_norm_ratio={t.grad_norm_ratio} "
@@ -143,9 +192,17 @@ def validate(config, num_processes: int = 1) -> dict:
     if not 0 <= t.reference_mix_alpha <= 1 or not 0 <= t.ema_decay < 1:
         p.append("train.reference_mix_alpha must be in [0, 1] and train.ema_decay in [0, 1)")
     _choice(p, "reward.aggregation", config.reward.aggregation, ("reward", "advantage"))
+
+
+def _sample_storage(p: list[str], config) -> None:
+    """The stored trajectories' dtype, the VAE's dtype, the text length."""
+    s = config.sample
     _choice(p, "sample.store_dtype", s.store_dtype, STORE_DTYPES)
     _choice(p, "sample.vae_dtype", s.get("vae_dtype", "auto"), tuple(VAE_DTYPES))
     _positive(p, "sample.max_sequence_length", s.get("max_sequence_length", 0), allow_zero=True)
+
+
+def _distributed(p: list[str], config) -> None:
     d = config.distributed
     _choice(p, "distributed.strategy", d.strategy, STRATEGIES)
     if d.cpu_offload and d.strategy != "fsdp":
@@ -153,47 +210,63 @@ def validate(config, num_processes: int = 1) -> dict:
             "distributed.cpu_offload needs distributed.strategy='fsdp' (it is FSDP2's offload of the sharded "
             "parameters); set the strategy or turn the offload off"
         )
+
+
+def _reward(p: list[str], config) -> None:
     if not isinstance(config.reward.num_workers, int) or config.reward.num_workers < 0:
         p.append(f"reward.num_workers={config.reward.num_workers!r} must be an integer ≥ 0 (0 = score synchronously)")
     if not config.reward.fns:
         p.append("reward.fns is empty: set it to {name: weight}, e.g. {'jpeg_compressibility': 1.0}")
 
-    if not p:
-        per_process = s.batch_size * s.num_batches_per_epoch
-        total = per_process * num_processes
-        if total % s.group_size:
+
+def _batch_arithmetic(p: list[str], config, num_processes: int) -> None:
+    """Groups, minibatches and optimizer steps that divide an epoch; the SDE window inside the schedule."""
+    s, t = config.sample, config.train
+    per_process = s.batch_size * s.num_batches_per_epoch
+    total = per_process * num_processes
+    if total % s.group_size:
+        p.append(
+            f"images per epoch = sample.batch_size × sample.num_batches_per_epoch × processes = "
+            f"{s.batch_size}×{s.num_batches_per_epoch}×{num_processes} = {total} is not divisible by "
+            f"sample.group_size={s.group_size}: change num_batches_per_epoch or group_size"
+        )
+    if per_process % t.batch_size:
+        p.append(
+            f"samples per process per epoch ({per_process} = sample.batch_size × sample.num_batches_per_epoch) "
+            f"is not divisible by train.batch_size={t.batch_size}"
+        )
+    elif (per_process // t.batch_size) % t.gradient_accumulation_steps:
+        p.append(
+            f"minibatches per epoch ({per_process // t.batch_size}) is not divisible by "
+            f"train.gradient_accumulation_steps={t.gradient_accumulation_steps}: no optimizer step may straddle epochs"
+        )
+    w = s.sde_window_size
+    if w < 0 or w > s.num_steps:
+        p.append(f"sample.sde_window_size={w} must be in [0, sample.num_steps={s.num_steps}]")
+    elif w and s.sde_window_range is not None:
+        lo, hi = s.sde_window_range
+        if not 0 <= lo <= hi <= s.num_steps - w:
             p.append(
-                f"images per epoch = sample.batch_size × sample.num_batches_per_epoch × processes = "
-                f"{s.batch_size}×{s.num_batches_per_epoch}×{num_processes} = {total} is not divisible by "
-                f"sample.group_size={s.group_size}: change num_batches_per_epoch or group_size"
+                f"sample.sde_window_range={tuple(s.sde_window_range)} must satisfy 0 ≤ lo ≤ hi ≤ num_steps − "
+                f"sde_window_size = {s.num_steps - w}, so the window stays inside the schedule"
             )
-        if per_process % t.batch_size:
-            p.append(
-                f"samples per process per epoch ({per_process} = sample.batch_size × sample.num_batches_per_epoch) "
-                f"is not divisible by train.batch_size={t.batch_size}"
-            )
-        elif (per_process // t.batch_size) % t.gradient_accumulation_steps:
-            p.append(
-                f"minibatches per epoch ({per_process // t.batch_size}) is not divisible by "
-                f"train.gradient_accumulation_steps={t.gradient_accumulation_steps}: no optimizer step may straddle epochs"
-            )
-        w = s.sde_window_size
-        if w < 0 or w > s.num_steps:
-            p.append(f"sample.sde_window_size={w} must be in [0, sample.num_steps={s.num_steps}]")
-        elif w and s.sde_window_range is not None:
-            lo, hi = s.sde_window_range
-            if not 0 <= lo <= hi <= s.num_steps - w:
-                p.append(
-                    f"sample.sde_window_range={tuple(s.sde_window_range)} must satisfy 0 ≤ lo ≤ hi ≤ num_steps − "
-                    f"sde_window_size = {s.num_steps - w}, so the window stays inside the schedule"
-                )
-        if s.eval_num_steps < 1:
-            p.append(f"sample.eval_num_steps={s.eval_num_steps} must be ≥ 1")
+    if s.eval_num_steps < 1:
+        p.append(f"sample.eval_num_steps={s.eval_num_steps} must be ≥ 1")
+
+
+def _optimizer(p: list[str], config) -> None:
     _choice(p, "train.optimizer", config.train.get("optimizer", "adamw"), ("adamw", "sgd"))
     if not 0.0 <= config.train.get("sgd_momentum", 0.0) < 1.0:
         p.append(f"train.sgd_momentum={config.train.sgd_momentum} must be in [0, 1)")
+
+
+def _probe(p: list[str], config) -> None:
     for name in ("freq", "prompts", "group_size"):
         _positive(p, f"probe.{name}", config.probe[name], allow_zero=name == "freq")
+
+
+def _evaluation(p: list[str], config) -> None:
+    """The held-out evaluation's sizes and scorers, and reward.sources that nothing names."""
     ev = config.eval
     for name in ("freq", "limit", "per_group"):
         if ev[name] < 0:
@@ -220,9 +293,6 @@ def validate(config, num_processes: int = 1) -> dict:
             f"reward.sources has entries {unused} that neither reward.fns nor eval.reward names: add them there, "
             "or remove them"
         )
-    if p:
-        raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
-    return derived_totals(config, num_processes)
 
 
 #: deprecated field -> (its replacement, what the replacement means for the old values)

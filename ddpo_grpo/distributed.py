@@ -49,8 +49,17 @@ _side: tuple[object, object] | None = None
 
 
 def world_size() -> int:
-    """Processes of the launch (``WORLD_SIZE`` of torchrun / accelerate; 1 when launched plainly)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """Processes of the launch (``WORLD_SIZE`` of torchrun / accelerate; 1 when launched plainly): the library's one
+    reader of the process count (the run's wiring, the checkpoint, the recipes' per-process numbers in
+    config/recipes.py). ValueError naming WORLD_SIZE when it is not an integer ≥ 1."""
+    raw = os.environ.get("WORLD_SIZE", "1")
+    try:
+        p = int(raw)
+    except ValueError:
+        raise ValueError(f"WORLD_SIZE={raw!r} is not an integer process count") from None
+    if p < 1:
+        raise ValueError(f"WORLD_SIZE={raw!r} must be ≥ 1")
+    return p
 
 
 def rank() -> int:

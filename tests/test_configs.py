@@ -199,6 +199,24 @@ def test_validate_rejects_unknown_kernels(flow_grpo):
     _rejects(flow_grpo, "sample.sde_type")
 
 
+@pytest.mark.parametrize("level", [-0.1, 0.0, 0.7, 1.0, 1.2, float("nan")])
+def test_noise_level_range_is_one_rule(flow_grpo, level):
+    """``sample.noise_level``'s range is written once (``policies.settings.noise_level_in_range``): validate refuses
+    exactly the values it refuses, for every kernel the config names; the kernels whose level is a fraction are
+    the registry's BOUNDED_NOISE."""
+    from ddpo_grpo.kernels import BOUNDED_NOISE, KERNELS
+    from ddpo_grpo.policies.settings import noise_level_in_range
+
+    for kernel in KERNELS:
+        flow_grpo.sample.kernel, flow_grpo.sample.noise_level = kernel, level
+        if noise_level_in_range(level, kernel):
+            validate(flow_grpo)
+        else:
+            _rejects(flow_grpo, "sample.noise_level")
+        expected = level >= 0 and (kernel not in BOUNDED_NOISE or level <= 1)
+        assert noise_level_in_range(level, kernel) == expected
+
+
 # ---- the CLI's path syntax -----------------------------------------------------------------------
 
 

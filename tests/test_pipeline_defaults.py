@@ -39,8 +39,33 @@ def test_pipeline_text_length(name, length):
     assert pipeline_text_length(name) == length
 
 
-def test_one_default_for_config_and_settings():
-    assert base_config().sample.max_sequence_length == 0 == PolicySettings().max_sequence_length
+def test_policy_settings_carry_no_default_of_their_own():
+    """Every PolicySettings field is a ``sample`` field whose default config/base.py writes (source_root excepted:
+    not a config field); the dataclass states none, so the two cannot disagree (resolution was 512 in the config and
+    0 here; the text length once 256 and 77). Built from the base config, each field is the config's value."""
+    import dataclasses
+
+    fields = dataclasses.fields(PolicySettings)
+    assert all(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING for f in fields)
+    sample = base_config().sample
+    settings = PolicySettings.from_config(sample)
+    for f in fields:
+        if f.name in sample:
+            assert getattr(settings, f.name) == sample[f.name], f.name
+    assert {f.name for f in fields} - set(sample) == {"source_root"}
+
+
+def test_unset_guidance_is_the_pipelines_own():
+    """Without a config, an unset image guidance / distilled guidance is the pipeline's ``__call__`` default (read,
+    not copied: InstructPix2Pix's 1.5, FLUX.1's 3.5)."""
+    settings = PolicySettings.unset()
+    assert settings.image_guidance_scale is None and settings.distilled_guidance is None
+    ip2p = settings.with_pipeline_defaults("StableDiffusionInstructPix2PixPipeline")
+    assert ip2p.image_guidance_scale == 1.5
+    assert settings.with_pipeline_defaults("FluxPipeline").distilled_guidance == 3.5
+    assert PolicySettings.unset(distilled_guidance=1.0).with_pipeline_defaults("FluxPipeline").distilled_guidance == 1.0
+    with pytest.raises(TypeError, match="no field 'sde_typo'"):
+        PolicySettings.unset(sde_typo="cps")
 
 
 @pytest.fixture(scope="module")

@@ -219,7 +219,7 @@ def test_a_replicated_training_call_gives_every_expert_a_gradient(built, monkeyp
     """With several processes (DDP), a training call whose samples all route to one expert still gives the other
     expert's trainable parameters a (zero) gradient, which DDP's synchronised backward needs; without gradients, or
     with one process, the other expert is left alone."""
-    from ddpo_grpo.policies import wan
+    from ddpo_grpo.policies import wan_experts
 
     policy = build_policy(load_pipeline(built("wan_i2v")), **SETTINGS)
     policy.add_lora(rank=2, alpha=2.0, target_modules=())
@@ -227,7 +227,7 @@ def test_a_replicated_training_call_gives_every_expert_a_gradient(built, monkeyp
     x = torch.randn(2, *policy.latent_shape(), generator=torch.Generator().manual_seed(0))
     t = torch.tensor([950.0, 920.0])  # both samples: the high-noise expert
     alone = policy.forward(experts, x, t, cond)
-    monkeypatch.setattr(wan.distributed, "group_size", lambda: 2)
+    monkeypatch.setattr(wan_experts.distributed, "group_size", lambda: 2)
     assert experts.calls(t >= experts.boundary) == ("run", "touch")
     with torch.no_grad():
         assert experts.calls(t >= experts.boundary) == ("run", "")

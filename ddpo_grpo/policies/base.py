@@ -25,7 +25,7 @@ A family adapter provides:
     preview(samples)                          -> images for grids and reports (default: the samples)
 and the class attributes below; the kernel base provides ``schedule``, ``check``, ``step`` and
 ``forward_process`` (see there). Everything an adapter reads from the config arrives in one frozen
-``PolicySettings``, so no code outside ``policies/`` needs to know which family reads what.
+``PolicySettings`` (``policies/settings.py``), so no code outside ``policies/`` needs to know which family reads what.
 """
 
 from __future__ import annotations
@@ -36,84 +36,16 @@ from typing import ClassVar
 
 import torch
 
-from ddpo_grpo.kernels import BOUNDED_NOISE, DEFAULT_NOISE_LEVELS, DIFFUSION_KERNELS, FLOW_KERNELS, KERNELS, Step
+from ddpo_grpo.kernels import BOUNDED_NOISE, DEFAULT_NOISE_LEVELS, KERNELS, Step
 
-#: ``sample.vae_dtype`` -> the VAE's dtype ("auto": ``Policy.vae_dtype`` decides)
-VAE_DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-#: the text length of pipelines whose ``__call__`` takes none: CLIP's 77 tokens (SD 1.x / 2.x, SDXL, InstructPix2Pix)
-CLIP_TEXT_LENGTH = 77
-
-
-def pipeline_text_length(pipeline_class) -> int:
-    """The text length a pipeline class encodes by default: the ``max_sequence_length`` default of its ``__call__``
-    (diffusers 0.42: FLUX.1 / Kontext, Qwen-Image(-Edit/-Plus), Z-Image, Wan 2.1 / 2.2 512; SD3 256), or CLIP's 77 for
-    pipelines without one. ``pipeline_class``: a class or the name of a diffusers pipeline class (``model_index.json``
-    ``_class_name``). What ``sample.max_sequence_length = 0`` means: one source of truth, the pipeline's own."""
-    import inspect
-
-    if isinstance(pipeline_class, str):
-        import diffusers
-
-        pipeline_class = getattr(diffusers, pipeline_class, None)
-    try:
-        parameter = inspect.signature(pipeline_class.__call__).parameters.get("max_sequence_length")
-    except (AttributeError, TypeError, ValueError):  # no class, or no signature to read: no text-length parameter
-        parameter = None
-    if parameter is None or not isinstance(parameter.default, int):
-        return CLIP_TEXT_LENGTH
-    return int(parameter.default)
-
-
-@dataclass(frozen=True)
-class PolicySettings:
-    """What an adapter reads from the config (``sample.*``), built once (``from_config``).
-
-    resolution:           image side in pixels; 0 = the pipeline's native size (families without pixels ignore it)
-    max_sequence_length:  text tokens of encoders that take a length (T5, Qwen2.5-VL, UMT5); 0 = the family's pipeline
-                          default (``pipeline_text_length``: FLUX, Qwen-Image, Z-Image, Wan 512, SD3 256)
-    kernel:               the transition kernel (``kernels.KERNELS``); "" = the family's default
-    noise_level:          the kernel's stochasticity (``sample.noise_level``); None = the kernel's default
-    image_guidance_scale: image-conditioned families' image guidance s_I ≥ 1
-    num_frames:           video families' frame count (pixels); 0 = the family's default
-    attention_backend:    ``transformer.set_attention_backend`` where the family's model offers it; "" = as loaded
-    source_root:          directory that relative ``source_image`` paths of rows are read from (None = cwd)
-    distilled_guidance:   the guidance-embedding input of guidance-distilled models (FLUX.1-dev, Kontext)
-    experts:              two-expert models (Wan 2.2): the expert(s) LoRA trains, "" = all, or one pipeline
-                          attribute ("transformer" = high noise, "transformer_2" = low noise)
-    guidance_scale_2:     two-expert models (Wan 2.2): the low-noise expert's CFG w; None / 0 = the guidance scale
-    source_pixels:        editing families that resize source images to a pixel area (Qwen-Image-Edit): that
-                          area; 0 = the pipeline's own (1024·1024)
-    vae_dtype:            the VAE's dtype (``VAE_DTYPES``): "auto" = the checkpoint's rule (``Policy.vae_dtype``)
-    """
-
-    resolution: int = 0
-    max_sequence_length: int = 0
-    kernel: str = ""
-    noise_level: float | None = None
-    image_guidance_scale: float = 1.5
-    num_frames: int = 0
-    attention_backend: str = ""
-    source_root: str | None = None
-    distilled_guidance: float = 3.5
-    experts: str = ""
-    guidance_scale_2: float | None = None
-    source_pixels: int = 0
-    vae_dtype: str = "auto"
-
-    @classmethod
-    def from_config(cls, sample, kernels: tuple[str, ...] = ()) -> PolicySettings:
-        """The settings of a config's ``sample`` section for a family sampled with ``kernels`` (fields the section
-        lacks keep their defaults). The deprecated knobs keep their old meaning for one release: ``sample.sde_type``
-        names the kernel of a flow family whose ``sample.kernel`` is "", ``sample.eta`` is the noise level of a
-        DDPM-family model (it won over ``sample.noise_level`` there, and still does)."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        values = {n: sample[n] for n in names if n in sample and sample[n] is not None}
-        legacy_kernel, legacy_eta = sample.get("sde_type"), sample.get("eta")
-        if legacy_kernel and not values.get("kernel") and legacy_kernel in kernels and legacy_kernel in FLOW_KERNELS:
-            values["kernel"] = legacy_kernel
-        if legacy_eta is not None and kernels and set(kernels) <= set(DIFFUSION_KERNELS):
-            values["noise_level"] = legacy_eta
-        return cls(**values)
+# the settings an adapter reads, their pipeline defaults and ranges (ddpo_grpo/policies/settings.py), importable here
+from ddpo_grpo.policies.settings import (  # noqa: F401
+    CLIP_TEXT_LENGTH,
+    VAE_DTYPES,
+    PolicySettings,
+    noise_level_in_range,
+    pipeline_text_length,
+)
 
 
 @dataclass
@@ -158,11 +90,11 @@ class Policy:
     def __init__(self, pipeline, settings: PolicySettings | None = None, **kwargs):
         """Wrap ``pipeline`` with ``settings`` (or the ``PolicySettings`` fields given as keywords)."""
         if settings is None:
-            settings = PolicySettings(**kwargs)
+            settings = PolicySettings.unset(**kwargs)
         elif kwargs:
             settings = dataclasses.replace(settings, **kwargs)
         self.pipeline = pipeline
-        self.settings = settings
+        self.settings = settings.with_pipeline_defaults(type(pipeline))
         self.kernel = self.resolve_kernel(settings.kernel)
         self.noise_level = self.resolve_noise_level(settings.noise_level)
         self.resolution = int(settings.resolution) or self.native_resolution(pipeline)
@@ -214,9 +146,11 @@ class Policy:
         return kernel
 
     def resolve_noise_level(self, value: float | None) -> float:
-        """``sample.noise_level`` for this policy's kernel: the kernel's default when None; ValueError when out of range."""
+        """``sample.noise_level`` for this policy's kernel: the kernel's default when None. A kernel the config names
+        has its range checked at load (``config_checks``); the family's default kernel (``sample.kernel`` "") is
+        known only here, so its range is checked here: ValueError when out of range (``noise_level_in_range``)."""
         level = DEFAULT_NOISE_LEVELS[self.kernel] if value is None else float(value)
-        if not level >= 0 or (self.kernel in BOUNDED_NOISE and level > 1):
+        if not self.settings.kernel and not noise_level_in_range(level, self.kernel):
             bound = "[0, 1]" if self.kernel in BOUNDED_NOISE else "≥ 0"
             raise ValueError(f"sample.noise_level={value!r} must be {bound} for sample.kernel={self.kernel!r}")
         return level

@@ -29,10 +29,12 @@ import torch
 
 from ddpo_grpo.policies.conditioning import SOURCE_KEY, load_source, source_images
 from ddpo_grpo.policies.sd import SDPolicy
+from ddpo_grpo.policies.settings import pipeline_default
+
+#: the diffusers pipeline whose ``__call__`` defaults (``image_guidance_scale``) an unset setting takes
+PIPELINE = "StableDiffusionInstructPix2PixPipeline"
 
 __all__ = ["IP2PPolicy", "SOURCE_KEY", "SupervisedBatch", "check_image_guidance"]
-#: the pipeline's default image guidance scale
-DEFAULT_IMAGE_GUIDANCE = 1.5
 
 
 class SupervisedBatch(NamedTuple):
@@ -53,7 +55,7 @@ def check_image_guidance(value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1.0:
         raise ValueError(
             f"sample.image_guidance_scale={value!r} must be a number ≥ 1 (1 = no image guidance; the "
-            f"pipeline's default is {DEFAULT_IMAGE_GUIDANCE})"
+            f"pipeline's default is {pipeline_default(PIPELINE, 'image_guidance_scale')})"
         )
     return float(value)
 
