@@ -55,6 +55,10 @@ class Rollout:
     def num_steps(self) -> int:
         return int(self.log_probs.shape[1])
 
+    def rows(self) -> list[dict]:
+        """The dataset rows of the samples (prompt and metadata), e.g. for the supervised term."""
+        return [{"prompt": p, **m} for p, m in zip(self.prompts, self.metadata)]
+
     def select(self, index) -> Rollout:
         """Sub-rollout of the samples in ``index`` (a LongTensor or list of sample indices)."""
         index = torch.as_tensor(index, dtype=torch.long)

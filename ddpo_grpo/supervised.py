@@ -27,21 +27,24 @@ from dataclasses import dataclass
 
 import torch
 
+from ddpo_grpo import distributed
+from ddpo_grpo.inner_loop import MinibatchResult
 from ddpo_grpo.seeding import derive_seed
 from ddpo_grpo.sharding import no_sync
-from ddpo_grpo.updates import U_EPS, MinibatchResult, UpdateContext
+from ddpo_grpo.updates import U_EPS, UpdateContext
 
 
 @dataclass(frozen=True)
 class SupervisedSettings:
-    """The term's config fields (``train.sup_key``, ``consistency_weight``, ``degradation``, …), built once."""
+    """The term's config fields (``train.sup_key``, ``consistency_weight``, ``degradation``, …), built from the
+    config only (``from_config``: config/base.py holds the defaults and documents each field)."""
 
-    key: str = "ground_truth"
-    consistency_weight: float = 0.0
-    degradation: str = ""
-    negative_prompt: str = ""
-    gradient_accumulation_steps: int = 1
-    seed: int = 0
+    key: str
+    consistency_weight: float
+    degradation: str
+    negative_prompt: str
+    gradient_accumulation_steps: int
+    seed: int
 
     @classmethod
     def from_config(cls, config) -> SupervisedSettings:
@@ -103,15 +106,15 @@ class SupervisedTerm:
             ctx.acc.backward(loss / st.gradient_accumulation_steps)
         return result
 
-    def metrics(self, out, reduce) -> dict:
+    def metrics(self, out, acc) -> dict:
         """train/sup_loss, train/sup_skipped (rows without a ground truth) and train/consistency_loss of an epoch's
-        ``inner_loop.LoopOutcome``; ``reduce(value, op)`` combines the processes' values."""
+        ``inner_loop.LoopOutcome``, over every process (``acc``: the accelerator)."""
         metrics = {
-            "train/sup_loss": reduce(out.stats.mean("sup_loss")),
-            "train/sup_skipped": reduce(out.counts.get("sup_skipped", 0), "sum"),
+            "train/sup_loss": distributed.reduce(acc, out.stats.mean("sup_loss")),
+            "train/sup_skipped": distributed.reduce(acc, out.counts.get("sup_skipped", 0), "sum"),
         }
         if self.settings.consistency_weight > 0:
-            metrics["train/consistency_loss"] = reduce(out.stats.mean("consistency_loss"))
+            metrics["train/consistency_loss"] = distributed.reduce(acc, out.stats.mean("consistency_loss"))
         return metrics
 
     def _consistency(self, rows, index, pred, x_t, timesteps):
@@ -128,8 +131,3 @@ class SupervisedTerm:
         y = ctx.policy.source_images(picked).to(x_hat)  # [m, 3, H, W]
         specs = [r["degradation"] for r in picked] if degradation == "row" else degradation
         return degradations.consistency_loss(x_hat, y, specs)
-
-
-def rows_of(rollout) -> list[dict]:
-    """The dataset rows of a rollout's samples (prompt and metadata)."""
-    return [{"prompt": p, **m} for p, m in zip(rollout.prompts, rollout.metadata)]

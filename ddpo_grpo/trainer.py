@@ -1,19 +1,21 @@
 """The epoch loop: sample → reward → advantages → update → log / checkpoint.
 
-One epoch, phase by phase (each a method below; the parts they use are built once by ``wiring.py``):
+One epoch, phase by phase (each a method below; the parts they use are built once by ``wiring.build_run``):
 1. ``sample_phase``     every process draws its share of the epoch's prompt groups and samples them in
                         sample.num_batches_per_epoch batches with the current policy (the lagging sampler's
                         weights when configured), recording every transition with its log-prob (rollout.py);
                         each batch is handed to the reward plug-ins as soon as it is decoded. Returns the
-                        ``Epoch``: rows, this process's items, the group keys, the rollouts, pending scores.
+                        ``Epoch``: rows, this process's items, the rollouts, pending scores.
 2. ``reward_phase``     waits for the scores (batch order, whatever finished first).
-3. ``advantage_phase``  gathers every process's scores, weights them (``MultiReward.combine``), turns them into
-                        group-relative advantages (advantages.py) and keeps this process's slice.
-4. ``update_phase``     train.num_inner_epochs passes over the stored samples in minibatches (inner_loop.py): the
-                        objective's updater (updates.py) back-propagates each, the supervised term is mixed in
-                        on its schedule, one optimizer step (optim.py) every gradient_accumulation_steps
-                        minibatches; the KL early stop between passes. Epochs of the staged schedule with λ_pg = 0
-                        run ``supervised_phase`` instead (no sampling).
+3. ``advantage_phase``  gathers every process's scores, weights them (``MultiReward.combine``), groups the
+                        samples and turns the scores into group-relative advantages (advantages.py); keeps this
+                        process's slice.
+4. ``update_phase``     hands the samples and their advantages to the update loop (inner_loop.py), which returns
+                        what it did: train.num_inner_epochs passes in minibatches, each back-propagated by the
+                        objective's updater (updates.py), the supervised term mixed in on its schedule, one
+                        optimizer step (optim.py) every gradient_accumulation_steps minibatches, the KL early stop
+                        between passes. Epochs of the staged schedule with λ_pg = 0 run ``supervised_phase``
+                        instead (the loop over the epoch's rows; no sampling).
 5. ``finish_epoch``     reference and lagging-sampler updates, evaluation and probe hooks, metrics.jsonl, the
                         image grid, the atomic checkpoint (checkpoint/run_state.py).
 After the last epoch ``final/`` is written (LoRA in diffusers' format, or the whole pipeline) and the report.
@@ -27,76 +29,33 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ddpo_grpo import console, distributed, planner, wiring
-from ddpo_grpo.advantages import group_means
+from ddpo_grpo.advantages import group_means, sample_keys
 from ddpo_grpo.cadence import every
-from ddpo_grpo.checkpoint import RunState, final_manifest
+from ddpo_grpo.checkpoint import final_manifest
 from ddpo_grpo.epoch import Epoch
-from ddpo_grpo.guard import DegenerateEpochs, FiniteGuard, TrainingStopped
-from ddpo_grpo.inner_loop import LoopSettings, objective_metrics, run_inner_epochs
-from ddpo_grpo.memory import offloaded, resident
-from ddpo_grpo.optim import OptimizerStep
+from ddpo_grpo.guard import TrainingStopped
+from ddpo_grpo.inner_loop import objective_metrics, train_objective, train_supervised
+from ddpo_grpo.memory import resident
 from ddpo_grpo.rollout import Rollout
-from ddpo_grpo.run_dir import prepare_run_dir, starts_again, stopped_note
+from ddpo_grpo.run_dir import stopped_note
 from ddpo_grpo.schedules import loss_weights
 from ddpo_grpo.seeding import derive_seed
-from ddpo_grpo.supervised import rows_of
 
 
 class Trainer:
+    """The epoch loop of the module docstring. Its attributes are the run's parts (``wiring.Parts`` says what each
+    is), built once by ``wiring.build_run``; the phases read them."""
+
     def __init__(self, config, accelerator=None):
         self.config = config
-        self.totals = wiring.check_config(config)  # before any model is loaded and anything written
-        self.acc = wiring.accelerator(config, accelerator)
+        vars(self).update(vars(wiring.build_run(config, accelerator)))  # the parts, as attributes
         self.main, self.rank = self.acc.is_main_process, self.acc.process_index
-        self.guard = FiniteGuard(config.train.max_consecutive_skips)
-        self.degenerate = DegenerateEpochs(config.train.max_degenerate_epochs)
-        self.reward, self.scorers = wiring.build_rewards(config)  # before the seed: draws nothing the run uses
-        self.rows, self.prompt_sampler = wiring.build_prompts(config)
-        torch.manual_seed(config.seed)
-        self.policy, self.model_path = wiring.build_policy_for(config, self.acc)
-        self.reward, self.scorers = wiring.fit_rewards(config, self.policy, self.reward, self.scorers)
-        resume = bool(config.resume_from) and not starts_again(config)  # a run that saved nothing starts again
-        self.run_dir = prepare_run_dir(config, self.acc, log=self.log)  # the first thing written
-        self.weights = wiring.build_weights(config, self.policy, self.acc)
-        w = self.weights
-        self.params, self.ema, self.sampler, self.reference = w.params, w.ema, w.sampler, w.reference
-        self.model, self.optimizer = wiring.prepare(config, self.acc, self.policy, self.params)
-        self.step = OptimizerStep(self.optimizer, self.params, self.acc, self.guard, config.train, ema=self.ema)
-        self.tracker = wiring.build_tracker(config, self.reward)
-        self.rollout = wiring.training_sampler(config, self.policy, self.autocast)
-        self.loop, self.noise_level = LoopSettings.from_config(config), self.policy.noise_level
-        self.encoders, self.decoder = offloaded(self.policy) if config.sample.offload_encoders else ([], [])
-        self.update, self.supervised = wiring.build_update(config, self.policy, self.model, self.acc, w, self.autocast)
-        self.hooks = wiring.build_hooks(
-            config,
-            self.run_dir,
-            self.acc,
-            self.policy,
-            scorers=self.scorers,
-            reward=self.reward,
-            rows=self.rows,
-            prompt_sampler=self.prompt_sampler,
-            ema=self.ema,
-            probe_sample=lambda rows, seeds, gen, rng: self.rollout(rows, seeds, gen, rng).samples.cpu(),
-            frozen=self.encoders + self.decoder,
-        )
-        workers = config.reward.num_workers
-        self.reward_pool = ThreadPoolExecutor(workers, thread_name_prefix="reward") if workers > 0 else None
-        self.sharded = wiring.sharded(config, self.acc)
-        self.state = RunState(
-            self.run_dir, config, w, self.optimizer, self.step, self.tracker, model=self.model, sharded=self.sharded
-        )
-        self.start_epoch = self.state.resume(config.resume_from, log=self.log) if resume else 0
-        self.logger = wiring.metrics_logger(
-            config, self.run_dir, self.acc, self.start_epoch if resume else None, self.log
-        )
         num_params = sum(p.numel() for p in self.params.values())
         for line in console.startup_lines(
             self.run_dir, self.model_path, self.policy, self.totals, num_params, config.expected_minutes
@@ -117,6 +76,10 @@ class Trainer:
     @property
     def global_step(self) -> int:
         return self.step.global_step
+
+    @property
+    def noise_level(self) -> float:
+        return self.policy.noise_level
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
@@ -169,13 +132,7 @@ class Trainer:
         s = self.config.sample
         rows = self.prompt_sampler.draw(epoch, self.totals["prompts_per_epoch"])
         return Epoch.lay_out(
-            epoch,
-            rows,
-            group_size=s.group_size,
-            rank=self.rank,
-            per_process=self.totals["samples_per_process"],
-            adv_mode=self.config.train.adv_mode,
-            shared_noise=s.share_group_noise,
+            epoch, rows, group_size=s.group_size, rank=self.rank, per_process=self.totals["samples_per_process"]
         )
 
     def sample_phase(self, epoch: int) -> tuple[Epoch, dict]:
@@ -227,14 +184,16 @@ class Trainer:
     # ------------------------------------------------------------------ 3. advantages
     def advantage_phase(self, ep: Epoch, scores: dict[str, np.ndarray]) -> tuple[torch.Tensor, dict]:
         """Group-relative advantages over ALL processes' samples; returns this process's slice [n] and metrics."""
+        s = self.config.sample
         every_score = {name: distributed.gather(self.acc, v) for name, v in scores.items()}  # global order
         combined = self.reward.combine(every_score)  # [N], the rewards weighted (once)
-        advantages, adv_stats = self.tracker(ep.keys[: len(combined)], every_score, combined, self.reward.weights)
+        keys = sample_keys(ep.rows, s.group_size, self.config.train.adv_mode, s.share_group_noise)  # [N]
+        advantages, adv_stats = self.tracker(keys[: len(combined)], every_score, combined, self.reward.weights)
         stats = dict(self.reward.stats(every_score, combined))
         stats.update(adv_stats)
         stats["reward/frac_nan"] = float(np.isnan(combined).mean())
         group_by = self.config.eval.group_by  # the training reward per value of the rows' group field (e.g. task)
-        stats.update(group_means(combined, ep.rows, self.config.sample.group_size, group_by) if group_by else {})
+        stats.update(group_means(combined, ep.rows, s.group_size, group_by) if group_by else {})
         # an epoch that teaches nothing (all rewards NaN, all groups flat: every advantage 0): warned once,
         # stopped after train.max_degenerate_epochs in a row
         stats["train/degenerate_epoch"] = int(self.degenerate.check(ep.index, every_score, combined, stats))
@@ -246,37 +205,26 @@ class Trainer:
     def update_phase(self, ep: Epoch, advantages: torch.Tensor, lam_sup: float = 0.0, lam_pg: float = 1.0) -> dict:
         """The objective over this process's samples (the module docstring's phase 4); train/* metrics."""
         t = self.config.train
-        rollout = ep.rollout
-        self.update.prepare(ep.index, rollout, advantages)
         # eval mode for the transition objective: the recomputed log-probs must be the sampler's (no dropout)
         self.model.train(t.objective != "grpo")
-
-        def arrange(perm, gen):
-            shuffled, adv = rollout.select(perm), advantages[perm.to(advantages.device)]
-            return (shuffled.shuffle_steps(gen) if t.shuffle_steps else shuffled), adv
-
-        def minibatch(view, idx, perm, *, inner, sync, first):
-            shuffled, adv = view
-            batch = shuffled.select(idx)
-            sup = None
-            if self.supervised is not None and lam_sup > 0:  # first: the objective's last backward syncs
-                key = (inner, int(idx[0]))
-                sup = self.supervised.backward(rows_of(batch), lam_sup=lam_sup, epoch=ep.index, key=key, sync=False)
-            result = self.update.minibatch(
-                batch, adv[idx.to(adv.device)], perm[idx], sync=sync, weight=lam_pg, check=first
-            )
-            return result if sup is None else sup.then(result)
-
         with resident(self.encoders + self.decoder, self.acc.device, enabled=self.supervised is not None):
-            out = self.inner_epochs(len(rollout), ep.index, arrange, minibatch)
+            out = train_objective(
+                ep.rollout,
+                advantages,
+                self.loop,
+                epoch=ep.index,
+                update=self.update,
+                step=self.step,
+                acc=self.acc,
+                supervised=self.supervised,
+                lam_sup=lam_sup,
+                lam_pg=lam_pg,
+                progress=self.progress,
+            )
         self.model.eval()
-        metrics = objective_metrics(out, t.objective, self.reference is not None)
-        metrics = {k: distributed.reduce(self.acc, v) for k, v in metrics.items()}
-        metrics["train/logp_mismatch"] = distributed.reduce(self.acc, out.mismatch, "max")
-        metrics["train/inner_epochs_run"] = out.inner_epochs_run
+        metrics = objective_metrics(out, t.objective, self.reference is not None, self.acc)
         metrics.update(self.step.metrics())
-        metrics["train/skipped_samples"] = distributed.reduce(self.acc, out.counts.get("skipped_samples", 0), "sum")
-        metrics.update(self.supervised_metrics(out))
+        metrics.update(self.supervised.metrics(out, self.acc) if self.supervised else {})
         return metrics
 
     def supervised_phase(self, epoch: int, lam_sup: float) -> dict:
@@ -285,39 +233,22 @@ class Trainer:
         ep = self.epoch_rows(epoch)
         mine = [ep.rows[g] for g, _ in ep.items]
         self.model.train()
-
-        def minibatch(view, idx, perm, *, inner, sync, first):
-            batch = [view[j] for j in idx.tolist()]
-            return self.supervised.backward(batch, lam_sup=lam_sup, epoch=epoch, key=(inner, int(idx[0])), sync=sync)
-
         with resident(self.encoders + self.decoder, self.acc.device):
-            out = self.inner_epochs(len(mine), epoch, lambda perm, gen: [mine[j] for j in perm.tolist()], minibatch)
+            out = train_supervised(
+                mine,
+                self.loop,
+                epoch=epoch,
+                supervised=self.supervised,
+                lam_sup=lam_sup,
+                step=self.step,
+                acc=self.acc,
+                progress=self.progress,
+            )
         self.model.eval()
         metrics = {"train/grad_norm": out.grad_norm, **self.step.metrics()}
         metrics.pop("train/grad_clipped")
-        metrics.update(self.supervised_metrics(out))
+        metrics.update(self.supervised.metrics(out, self.acc))
         return metrics
-
-    def inner_epochs(self, n: int, epoch: int, arrange, minibatch):
-        self.step.start_epoch()
-        return run_inner_epochs(
-            n,
-            self.loop,
-            epoch=epoch,
-            rank=self.rank,
-            arrange=arrange,
-            minibatch=minibatch,
-            step=self.step,
-            reduce_mean=lambda v: distributed.reduce(self.acc, v),
-            progress=self.progress,
-        )
-
-    def supervised_metrics(self, out) -> dict:
-        return (
-            self.supervised.metrics(out, lambda v, op="mean": distributed.reduce(self.acc, v, op))
-            if self.supervised
-            else {}
-        )
 
     # ------------------------------------------------------------------ 5. after the update
     def finish_epoch(self, epoch: int, timing: dict) -> dict:

@@ -1,7 +1,8 @@
 """What one minibatch of an epoch back-propagates: the objective of ``train.objective``.
 
-The trainer owns the loop (inner epochs, shuffling, minibatches, optimizer steps, the KL early stop);
-an updater turns one minibatch of samples into gradients and per-sample statistics:
+The update loop (``inner_loop.py``: inner epochs, shuffling, minibatches, optimizer steps, the KL early stop) hands
+an updater one minibatch at a time; the updater turns it into gradients and per-sample statistics (the loop's
+``MinibatchResult``), after ``prepare`` once per epoch:
 
 * ``TransitionUpdate`` ("grpo"): every trained transition x_j → x_{j+1} stored by the rollout is
   re-scored (the same ``policy.predict`` + ``policy.step`` calls the sampler made), and the PPO clipped
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ddpo_grpo.inner_loop import MinibatchResult
 from ddpo_grpo.losses import aggregation_weight, clipped_surrogate, forward_objective, kl_estimator
 from ddpo_grpo.rollout import Rollout, transition_inputs
 from ddpo_grpo.seeding import derive_seed
@@ -64,24 +66,25 @@ def step_weight(std: torch.Tensor, args: dict) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """What the updaters read from the config, built once (``from_config``); field names are ``train.*``'s."""
+    """What the updaters read from the config, built from it only (``from_config``: config/base.py holds the
+    defaults and documents each field); field names are ``train.*``'s."""
 
-    objective: str = "grpo"
-    seed: int = 0
-    beta: float = 0.0
-    clip_range: float = 0.2
-    kl_estimator: str = "gaussian"
-    loss_aggregation: str = "mean"
-    loss_norm_constant: float = 0.0
-    gradient_accumulation_steps: int = 1
-    guidance_scale: float = 1.0  # of the re-scored transitions: sample.guidance_scale with train.cfg, else 1
-    detach_uncond: bool = False  # train.cfg_uncond_grad == "detach"
-    policy_step_weight: str = "none"
-    forward_timesteps: int = 4
-    forward_time: str = "uniform"
-    nft_beta: float = 1.0
-    rwr_temperature: float = 1.0
-    adv_clip_max: float = 5.0
+    objective: str
+    seed: int
+    beta: float
+    clip_range: float
+    kl_estimator: str
+    loss_aggregation: str
+    loss_norm_constant: float
+    gradient_accumulation_steps: int
+    guidance_scale: float  # of the re-scored transitions: sample.guidance_scale with train.cfg, else 1
+    detach_uncond: bool  # train.cfg_uncond_grad == "detach"
+    policy_step_weight: str
+    forward_timesteps: int
+    forward_time: str
+    nft_beta: float
+    rwr_temperature: float
+    adv_clip_max: float
 
     @classmethod
     def from_config(cls, config) -> UpdateSettings:
@@ -119,45 +122,6 @@ class UpdateContext:
     autocast: object
     rank: int
     sampler: object | None = None  # the lagging sampling policy (weights.LaggingSampler), when configured
-
-
-class MinibatchResult:
-    """What one minibatch returns: its per-sample statistics in the order they were produced (masked sums, kept
-    as device tensors: no sync per step), the on-policy check and the samples left out of the forward passes."""
-
-    def __init__(self):
-        self.records: list[tuple[str, torch.Tensor, torch.Tensor]] = []
-        self.mismatch = float("nan")  # max |recomputed − stored log-prob| when checked
-        self.counts: dict[str, int] = {}  # e.g. "skipped_samples": zero-advantage samples left out (module docstring)
-
-    def add(self, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
-        self.records.append((name, (values.detach().float() * mask).sum(), mask.sum()))
-
-    def then(self, other: MinibatchResult) -> MinibatchResult:
-        """The result of ``self`` then ``other`` (records in order, counts summed, the last check's mismatch)."""
-        joined = MinibatchResult()
-        joined.records = self.records + other.records
-        joined.mismatch = other.mismatch if other.mismatch == other.mismatch else self.mismatch
-        joined.counts = {k: self.counts.get(k, 0) + other.counts.get(k, 0) for k in {**self.counts, **other.counts}}
-        return joined
-
-
-class Stats:
-    """Masked running means of per-sample statistics, folded from minibatch results in order."""
-
-    def __init__(self):
-        self.sums: dict[str, torch.Tensor] = {}
-        self.counts: dict[str, torch.Tensor] = {}
-
-    def add(self, result: MinibatchResult) -> None:
-        for name, total, count in result.records:
-            self.sums[name] = self.sums[name] + total if name in self.sums else total
-            self.counts[name] = self.counts[name] + count if name in self.counts else count
-
-    def mean(self, name: str) -> float:
-        if name not in self.sums or float(self.counts[name]) == 0:
-            return float("nan")
-        return float(self.sums[name] / self.counts[name])
 
 
 def _kept(adv: torch.Tensor, objective: str, beta: float) -> tuple[torch.Tensor, int]:
@@ -368,8 +332,6 @@ def make_update(ctx: UpdateContext):
 __all__ = [
     "ADVANTAGE_LINEAR",
     "ForwardUpdate",
-    "MinibatchResult",
-    "Stats",
     "TransitionUpdate",
     "UpdateContext",
     "UpdateSettings",

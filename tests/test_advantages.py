@@ -235,3 +235,15 @@ def test_group_keys_keep_shared_noise_groups_apart(mode):
         assert adv[0] > 0 > adv[2]  # merged, the initial-noise difference becomes the advantage
     else:
         assert shared == merged  # history modes always key by prompt
+
+
+def test_sample_keys_group_an_epochs_samples_by_row_id_or_prompt():
+    """The advantage phase's keys of an epoch laid out group by group: a row's ``id`` where it has one (rows that
+    share a prompt stay apart), else its prompt; with shared noise in a batch mode, one key per group."""
+    from ddpo_grpo.advantages import sample_keys
+
+    rows = [{"prompt": "a", "id": 7}, {"prompt": "a", "id": 8}, {"prompt": "b"}, {"prompt": "b"}]
+    assert sample_keys(rows, 2, "zscore", False) == ["7", "7", "8", "8", "b", "b", "b", "b"]
+    assert sample_keys(rows, 1, "buffer", True) == ["7", "8", "b", "b"]  # history modes key by prompt (or id)
+    apart = sample_keys(rows, 1, "zscore", True)
+    assert apart[:2] == ["7\x000", "8\x001"] and apart[2] != apart[3]

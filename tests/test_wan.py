@@ -154,8 +154,18 @@ class _Acc:
         return contextlib.nullcontext()
 
 
+def _update_settings(**changes):
+    """The updaters' settings of the base config (the one source of their defaults), with ``changes``."""
+    import dataclasses
+
+    from config.base import get_config
+    from ddpo_grpo.updates import UpdateSettings
+
+    return dataclasses.replace(UpdateSettings.from_config(get_config()), **changes)
+
+
 def _grads(policy, batch, adv, weight):
-    from ddpo_grpo.updates import TransitionUpdate, UpdateContext, UpdateSettings
+    from ddpo_grpo.updates import TransitionUpdate, UpdateContext
 
     params = {n: p for n, p in policy.denoiser.named_parameters() if p.requires_grad}
     for p in params.values():
@@ -163,7 +173,7 @@ def _grads(policy, batch, adv, weight):
     import contextlib
 
     ctx = UpdateContext(
-        UpdateSettings(guidance_scale=1.0, policy_step_weight=weight, clip_range=100.0),
+        _update_settings(guidance_scale=1.0, policy_step_weight=weight, clip_range=100.0),
         policy, policy.denoiser, _Acc(), params, None, contextlib.nullcontext, 0,
     )  # fmt: skip
     TransitionUpdate(ctx).minibatch(batch, adv, torch.arange(len(adv)), sync=True, weight=1.0, check=False)
@@ -201,11 +211,11 @@ def test_std_over_dt_weighs_each_steps_policy_gradient_by_its_std_over_dsigma(ti
 def test_std_over_dt_is_refused_for_ddpm_kernels_and_unknown_values(tiny_dirs):
     import contextlib
 
-    from ddpo_grpo.updates import TransitionUpdate, UpdateContext, UpdateSettings
+    from ddpo_grpo.updates import TransitionUpdate, UpdateContext
 
     def update(path, weight):
         policy = build_policy(load_pipeline(path), resolution=32)
-        settings = UpdateSettings(policy_step_weight=weight)
+        settings = _update_settings(policy_step_weight=weight)
         return TransitionUpdate(UpdateContext(settings, policy, None, _Acc(), {}, None, contextlib.nullcontext, 0))
 
     with pytest.raises(ValueError, match=r"train.policy_step_weight='std_over_dt' .* sample.kernel='ddim' has no σ"):
