@@ -64,6 +64,31 @@ def _supervised():
     return config
 
 
+def _staged():
+    """One supervised-only epoch, one hand-over epoch, then GRPO (the staged schedule)."""
+    config = _supervised()
+    config.num_epochs = 3
+    t = config.train
+    t.sup_weight, t.sup_schedule, t.sup_warmup_epochs, t.sup_ramp_epochs, t.sup_floor = 1.0, "staged", 1, 1, 0.25
+    return config
+
+
+def _inner_epochs():
+    """Three inner epochs stopped early by the KL threshold, a KL term, EMA, buffer advantages, sum_norm."""
+    config = _tiny("sd3")
+    t = config.train
+    t.num_inner_epochs, t.kl_threshold, t.beta, t.ema = 3, 1e-9, 0.01, True
+    t.adv_mode, t.adv_min_count, t.loss_aggregation = "buffer", 1, "sum_norm"
+    return config
+
+
+def _lagging():
+    """DiffusionNFT with a lagging sampler and two inner epochs."""
+    config = _objective("nft")()
+    config.train.sampler_decay_rate, config.train.num_inner_epochs = 0.5, 2
+    return config
+
+
 def _denoiser():
     from config.motion import motion_tiny
 
@@ -93,6 +118,9 @@ KINDS = {
     "ip2p_supervised": _supervised,
     "qwen_image_edit_plus": _family("qwen_image_edit_plus", image_conditioned=True),
     "motion_denoiser": _denoiser,
+    "staged_schedule": _staged,
+    "inner_epochs_kl_stop": _inner_epochs,
+    "nft_lagging_sampler": _lagging,
 }
 
 
