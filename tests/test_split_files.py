@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 
@@ -27,6 +28,14 @@ def test_rows_round_trip_and_a_missing_file_names_its_command(tmp_path):
         read_rows(tmp_path / "none.jsonl", "`make it`")
 
 
+def _make(monkeypatch, mod, rows):
+    """Make the world's split ``rows`` (through its ``Splits`` where it declares one)."""
+    if hasattr(mod, "SPLIT_FILES"):
+        monkeypatch.setattr(mod, "write_split", dataclasses.replace(mod.SPLIT_FILES, make=lambda seed=0: rows).write)
+    else:
+        monkeypatch.setattr(mod, "make_split", lambda seed=0: rows)
+
+
 @pytest.mark.parametrize("module", sorted(WORLDS))
 def test_a_failed_rewrite_leaves_the_previous_split(module, tmp_path, monkeypatch):
     """A split that fails half-way (an unserialisable row) leaves every file as it was: no half-written split."""
@@ -34,13 +43,13 @@ def test_a_failed_rewrite_leaves_the_previous_split(module, tmp_path, monkeypatc
     small = {"train": [{"prompt": "a"}, {"prompt": "b"}], "test": [{"prompt": "c"}]}
     if module == "worlds.shapes_i2i.data":
         small = {"restore": dict(small), "edit": dict(small)}
-    monkeypatch.setattr(mod, "make_split", lambda seed=0: small)
+    _make(monkeypatch, mod, small)
     mod.write_split(tmp_path)
     before = {name: (tmp_path / name).read_bytes() for name in WORLDS[module]}
     bad = {"train": [{"prompt": "a"}, {"prompt": object()}], "test": [{"prompt": object()}]}
     if module == "worlds.shapes_i2i.data":
         bad = {"restore": dict(bad), "edit": dict(bad)}
-    monkeypatch.setattr(mod, "make_split", lambda seed=0: bad)
+    _make(monkeypatch, mod, bad)
     with pytest.raises(TypeError):
         mod.write_split(tmp_path)
     assert {name: (tmp_path / name).read_bytes() for name in WORLDS[module]} == before

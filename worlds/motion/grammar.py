@@ -43,12 +43,13 @@ must reject and the evaluator must separate.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddpo_grpo.split_files import read_rows, write_rows
+from ddpo_grpo.split_files import Splits
 
 #: seed of the shipped split
 SPLIT_SEED = 0
@@ -313,33 +314,14 @@ def make_split(seed: int = SPLIT_SEED) -> dict[str, list[dict]]:
     return out
 
 
-def split_path(split: str) -> Path:
-    """Path of a shipped split file (``split`` in {"train", "test"})."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown MotionWorld split {split!r}; splits: {', '.join(SPLITS)}")
-    return DATA_DIR / f"motion_{split}.jsonl"
+#: the shipped train / test split files (``data/motion_{train,test}.jsonl``)
+SPLIT_FILES = Splits("MotionWorld", DATA_DIR, "motion", make_split, "worlds.motion.grammar.write_split()")
 
 
-def load_split(split: str) -> list[dict]:
-    """Rows of a shipped split file (``{"prompt", "task", "compose", "actions"}`` each)."""
-    return read_rows(split_path(split), "worlds.motion.grammar.write_split()")
-
-
-def train_rows() -> list[dict]:
-    """The shipped train split: the ``motion_train`` prompt source."""
-    return load_split("train")
-
-
-def test_rows() -> list[dict]:
-    """The shipped test split (held-out compositions): the ``motion_test`` prompt source."""
-    return load_split("test")
-
-
-def write_split(out_dir: Path | None = None, seed: int = SPLIT_SEED) -> dict[str, Path]:
-    """Write ``motion_{train,test}.jsonl`` (one JSON object per line, each file replaced atomically) into
-    ``out_dir``."""
-    out_dir = DATA_DIR if out_dir is None else Path(out_dir)
-    return {name: write_rows(out_dir / f"motion_{name}.jsonl", rows) for name, rows in make_split(seed).items()}
+#: a shipped split file's path, its rows, and the files rewritten (``write_split(out_dir=None, seed=SPLIT_SEED)``)
+split_path, load_split, write_split = SPLIT_FILES.path, SPLIT_FILES.load, SPLIT_FILES.write
+#: the ``motion_train`` and ``motion_test`` prompt sources (the test split: held-out compositions)
+train_rows, test_rows = functools.partial(load_split, "train"), functools.partial(load_split, "test")
 
 
 def mismatches(spec: MotionSpec) -> list[tuple[str, MotionSpec]]:

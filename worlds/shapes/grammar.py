@@ -36,6 +36,7 @@ prompts (3, 9, 78, 312).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ddpo_grpo.split_files import read_rows, write_rows
+from ddpo_grpo.split_files import Splits
 
 from .world import (
     CANVAS,
@@ -237,33 +238,14 @@ def make_split(seed: int = SPLIT_SEED) -> dict[str, list[dict]]:
     return out
 
 
-def split_path(split: str) -> Path:
-    """Path of a shipped split file (``split`` ∈ {"train", "test"})."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown ShapesWorld split {split!r}; splits: {', '.join(SPLITS)}")
-    return DATA_DIR / f"shapes_{split}.jsonl"
+#: the shipped train / test split files (``data/shapes_{train,test}.jsonl``)
+SPLIT_FILES = Splits("ShapesWorld", DATA_DIR, "shapes", make_split, "`python -m worlds.shapes split`")
 
 
-def load_split(split: str) -> list[dict]:
-    """Rows of a shipped split file (``{"prompt", "task", "objects", "relation"}`` each)."""
-    return read_rows(split_path(split), "`python -m worlds.shapes split`")
-
-
-def train_rows() -> list[dict]:
-    """The shipped train split: the ``shapes_train`` prompt source."""
-    return load_split("train")
-
-
-def test_rows() -> list[dict]:
-    """The shipped test split (held-out compositions): the ``shapes_test`` prompt source."""
-    return load_split("test")
-
-
-def write_split(out_dir: Path | None = None, seed: int = SPLIT_SEED) -> dict[str, Path]:
-    """Write ``shapes_{train,test}.jsonl`` (one JSON object per line, each file replaced atomically) into
-    ``out_dir``."""
-    out_dir = DATA_DIR if out_dir is None else Path(out_dir)
-    return {name: write_rows(out_dir / f"shapes_{name}.jsonl", rows) for name, rows in make_split(seed).items()}
+#: a shipped split file's path, its rows, and the files rewritten (``write_split(out_dir=None, seed=SPLIT_SEED)``)
+split_path, load_split, write_split = SPLIT_FILES.path, SPLIT_FILES.load, SPLIT_FILES.write
+#: the ``shapes_train`` and ``shapes_test`` prompt sources (the test split: held-out compositions)
+train_rows, test_rows = functools.partial(load_split, "train"), functools.partial(load_split, "test")
 
 
 def scene_for_prompt(prompt: str | Constraints | dict, seed: int) -> Scene:
