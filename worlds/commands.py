@@ -9,6 +9,7 @@ chosen action with its own parser (for ``parser.error``). An action returns an e
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[..., int | None]]
@@ -36,4 +37,23 @@ def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None = No
     return 0 if status is None else int(status)
 
 
-__all__ = ["Command", "command_parser", "run_command"]
+def pretrain_command(module: str, config: str, recipe: str, label: str, help_line: str) -> Command:
+    """The ``pretrain`` command of a world whose recipe ``module.recipe`` (a ``ddpo_grpo.pretraining`` recipe with
+    config dataclass ``module.config``) runs on the core pretraining loop: one flag per config field, plus the run's
+    flags (``ddpo_grpo.pretraining.cli``). The module is imported only when the command is chosen or its flags built."""
+
+    def add_flags(p: argparse.ArgumentParser) -> None:
+        from ddpo_grpo.pretraining.cli import add_config_flags, add_run_flags
+
+        add_run_flags(p)
+        add_config_flags(p, getattr(importlib.import_module(module), config))
+
+    def action(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
+        from ddpo_grpo.pretraining.cli import run_parsed
+
+        run_parsed(getattr(importlib.import_module(module), recipe), vars(args), label=label, skip=("command",))
+
+    return help_line, add_flags, action
+
+
+__all__ = ["Command", "command_parser", "pretrain_command", "run_command"]

@@ -45,24 +45,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from worlds.commands import pretrain_command
+
 PROG = "python -m worlds.motion"
-
-
-def _pretrain_flags(p: argparse.ArgumentParser) -> None:
-    from ddpo_grpo.pretraining.cli import add_config_flags, add_run_flags
-
-    from .pretrain import MotionConfig
-
-    add_run_flags(p)
-    add_config_flags(p, MotionConfig)
-
-
-def _pretrain(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
-    from ddpo_grpo.pretraining.cli import run_parsed
-
-    from .pretrain import MDMRecipe
-
-    run_parsed(MDMRecipe, vars(args), label="MDM", skip=("command",))
 
 
 def _flag_type(default):
@@ -210,10 +195,12 @@ def _table(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
 
 #: command -> (one-line description, flags, action)
 COMMANDS = {
-    "pretrain": (
+    "pretrain": pretrain_command(
+        "worlds.motion.pretrain",
+        "MotionConfig",
+        "MDMRecipe",
+        "MDM",
         "Pretrain MotionWorld's text-to-motion base model (MDM architecture) from scratch on CPU.",
-        _pretrain_flags,
-        _pretrain,
     ),
     "train-evaluator": (
         "Train the MotionWorld text–motion evaluator on CPU.",

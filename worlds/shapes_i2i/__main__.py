@@ -20,24 +20,9 @@ import json
 import sys
 from collections.abc import Sequence
 
+from worlds.commands import pretrain_command
+
 PROG = "python -m worlds.shapes_i2i"
-
-
-def _pretrain_flags(p: argparse.ArgumentParser) -> None:
-    from ddpo_grpo.pretraining.cli import add_config_flags, add_run_flags
-
-    from .pretrain import IP2PConfig
-
-    add_run_flags(p)
-    add_config_flags(p, IP2PConfig)
-
-
-def _pretrain(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
-    from ddpo_grpo.pretraining.cli import run_parsed
-
-    from .pretrain import IP2PRecipe
-
-    run_parsed(IP2PRecipe, vars(args), label="shapes_i2i", skip=("command",))
 
 
 def _split_flags(p: argparse.ArgumentParser) -> None:
@@ -90,10 +75,12 @@ def _measure(args: argparse.Namespace, p: argparse.ArgumentParser) -> None:
 
 #: command -> (one-line description, flags, action)
 COMMANDS = {
-    "pretrain": (
+    "pretrain": pretrain_command(
+        "worlds.shapes_i2i.pretrain",
+        "IP2PConfig",
+        "IP2PRecipe",
+        "shapes_i2i",
         "Pretrain the ShapesWorld InstructPix2Pix model (restoration + editing).",
-        _pretrain_flags,
-        _pretrain,
     ),
     "split": ("Write or check the shipped image-to-image splits.", _split_flags, _split),
     "measure": (
