@@ -51,6 +51,10 @@ class EvaluationExtras:
     #: per-sample metrics the table shows, left out of the generic per-group and paired tables
     table_keys: tuple[str, ...] = ()
 
+    def __post_init__(self):
+        if (self.table is None) != (self.format_table is None):
+            raise ValueError("EvaluationExtras: give table and format_table together (the table and its printed form)")
+
     @property
     def keeps_all_samples(self) -> bool:
         """True when the set metrics or the table need every sample (not only the grid's)."""

@@ -194,7 +194,8 @@ def _inputs(args) -> tuple[Any, dict, list[dict], EvaluationExtras]:
     for flag, value in (("--prompts", args.prompts or extras.prompts), ("--reward", names or extras.reward)):
         if not value:
             raise UsageError(
-                f"{flag}: no package registers a default for {kind!r} pipelines (evaluation_extras); give {flag}"
+                f"{flag}: no installed package gives a default for {kind!r} pipelines (entry points "
+                f"ddpo_grpo.evaluation_extras; reinstall after pulling new ones: pip install -e .); give {flag}"
             )
     args.prompts = args.prompts if args.prompts is not None else extras.prompts
     names = names or [extras.reward]
