@@ -38,12 +38,17 @@ def add_sampling_flags(p: argparse.ArgumentParser, batch_size: int) -> None:
     p.add_argument(
         "--seed", type=int, default=0, help="base seed; image k of prompt i uses a seed derived from (seed, i, k)"
     )
-    p.add_argument("--num_steps", type=int, default=None, help="denoising steps (default: the run's, else 40)")
+    p.add_argument(
+        "--num_steps",
+        type=int,
+        default=None,
+        help=f"denoising steps (default: the run's, else {DEFAULT_SAMPLING['num_steps']})",
+    )
     p.add_argument(
         "--guidance_scale",
         type=float,
         default=None,
-        help="classifier-free guidance weight, <= 1: off (default: the run's, else 4.5)",
+        help=f"classifier-free guidance weight, <= 1: off (default: the run's, else {DEFAULT_SAMPLING['guidance_scale']})",
     )
     p.add_argument(
         "--resolution",
@@ -56,7 +61,7 @@ def add_sampling_flags(p: argparse.ArgumentParser, batch_size: int) -> None:
         "--max_sequence_length",
         type=int,
         default=None,
-        help="text tokens for encoders that take it, T5 (default: the run's, else 77)",
+        help=f"text tokens for encoders that take it, T5 (default: the run's, else {DEFAULT_SAMPLING['max_sequence_length']})",
     )
     p.add_argument(
         "--kernel",

@@ -98,21 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prompts",
         default=None,
-        help="a prompt source name or a .txt / .json / .jsonl file (default: the world's: shapes_test for images, "
-        "motion_test for a motion pipeline)",
+        help="a prompt source name or a .txt / .json / .jsonl file (default: the world's for the pipeline's kind)",
     )
     p.add_argument(
         "--reward",
         action="append",
         default=None,
         help="the scoring reward(s): a registered name or path/to/file.py:fn; repeat or give a comma list for "
-        "several (default: the world's: shapes for images, motion_judge for a motion pipeline)",
+        "several (default: the world's for the pipeline's kind)",
     )
     p.add_argument(
         "--reward_kwargs",
         default=None,
         help="JSON object of the reward factory's keyword arguments; with several rewards, {name: {...}} (default: "
-        'the world\'s, e.g. {"score": "strict"} for shapes, shapes_detector and motion_judge)',
+        "the kwargs the worlds give their rewards for evaluation)",
     )
     p.add_argument(
         "--compare",
@@ -140,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="> 0: a balanced set of N samples per group (each group's prompts cycled, a new seed per pass); 0: every "
-        "prompt × --per_prompt (default: the world's, 128 for images, 100 for motions; 0 with --limit)",
+        "prompt × --per_prompt (default: the world's for the pipeline's kind; 0 with --limit)",
     )
     return p
 
