@@ -14,6 +14,15 @@ declaring an entry point in its metadata (``pyproject.toml``), e.g.::
 and ``reward.fns = {"shapes": 1.0}`` or ``prompts.source = "shapes_train"`` then finds it. A name is
 looked up here only when the core's own registries do not know it, and the providing module is
 imported only then.
+
+Two more kinds serve the scripts (``scripts/sample.py``, ``scripts/evaluate.py``), each entry point named for a
+kind of decoded samples::
+
+    [project.entry-points."ddpo_grpo.sample_kinds"]        # a ddpo_grpo.sample_kinds.SampleKind:
+    motion = "worlds.motion.extras:SAMPLE_KIND"             #   recognises its pipelines and batches, writes a sample
+
+    [project.entry-points."ddpo_grpo.evaluation_extras"]   # a ddpo_grpo.evaluation_extras.EvaluationExtras:
+    motion = "worlds.motion.extras:EVALUATION"              #   default prompts / rewards, extra metrics, a table
 """
 
 from __future__ import annotations
@@ -27,7 +36,12 @@ from pathlib import Path
 from types import ModuleType
 
 #: kind -> entry-point group
-GROUPS = {"rewards": "ddpo_grpo.rewards", "prompt_sources": "ddpo_grpo.prompt_sources"}
+GROUPS = {
+    "rewards": "ddpo_grpo.rewards",
+    "prompt_sources": "ddpo_grpo.prompt_sources",
+    "sample_kinds": "ddpo_grpo.sample_kinds",
+    "evaluation_extras": "ddpo_grpo.evaluation_extras",
+}
 #: prefix of the module names under which `import_user_file` registers user files
 USER_MODULE_PREFIX = "_ddpo_user_"
 
@@ -39,7 +53,7 @@ def _entries(kind: str) -> dict[str, EntryPoint]:
 
 
 def names(kind: str) -> list[str]:
-    """Sorted names offered for ``kind`` ("rewards" or "prompt_sources") by installed packages."""
+    """Sorted names offered for ``kind`` (a key of :data:`GROUPS`) by installed packages."""
     return sorted(_entries(kind))
 
 

@@ -23,6 +23,7 @@ from ddpo_grpo.image_grids import save_grid
 from ddpo_grpo.prompts import load_prompts
 from reward_models import load_reward
 from tests.conftest import load_script
+from tests.entry_points_kit import checkout_entry_points  # noqa: F401  (a fixture: the checkout's plug-ins)
 from worlds.shapes import TASKS, render_prompt
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +33,7 @@ FAST = ["--resolution", "32", "--num_steps", "3", "--max_sequence_length", "8", 
 evaluate_script = load_script("evaluate")
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "checkout_entry_points")
 
 
 def _rows_per_task(n: int) -> list[dict]:

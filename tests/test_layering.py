@@ -174,3 +174,27 @@ def test_the_core_reaches_rewards_through_their_facade():
         if t.startswith("reward_models.")
     ]
     assert not bad, bad
+
+
+def test_scripts_import_no_world():
+    """``scripts/`` reach the worlds only through the plug-in registry (foundation/plugins.py): no ``import worlds…``,
+    ``from worlds… import``, or ``import_module("worlds…")`` anywhere in a script, at module level or in a function."""
+    # issue 34: these four become `python -m worlds.<name>` commands on another branch; delete the set once merged
+    moving = {"pretrain_motion.py", "pretrain_shapes.py", "make_shapes_split.py", "train_motion_evaluator.py"}
+    bad = []
+    for path in sorted((REPO / "scripts").glob("*.py")):
+        if path.name in moving:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                "import_module",
+                "__import__",
+            ):
+                names = [a.value for a in node.args[:1] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            bad += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "worlds"]
+    assert not bad, "scripts import a world (register a plug-in instead): " + "; ".join(bad)

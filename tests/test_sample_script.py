@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from tests.conftest import load_script
+from tests.entry_points_kit import checkout_entry_points  # noqa: F401  (a fixture: the checkout's plug-ins)
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "sample.py"
@@ -21,7 +22,7 @@ FAST = ["--resolution", "32", "--num_steps", "4", "--max_sequence_length", "8", 
 sample_script = load_script("sample")
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "checkout_entry_points")
 
 
 @pytest.fixture(scope="module")

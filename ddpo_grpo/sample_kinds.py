@@ -1,0 +1,105 @@
+"""Kinds of decoded samples: which kind a batch or a pipeline is, and how one sample is written to files.
+
+The library knows three kinds of decoded batches:
+
+* ``"image"`` — ``[B, 3, H, W]`` in [0, 1]: ``<stem>.png``;
+* ``"video"`` — ``[B, F, 3, H, W]``: ``<stem>.gif``, ``.mp4`` with PyAV, and a filmstrip ``.png``
+  (:func:`ddpo_grpo.video.write_video`);
+* ``"array"`` — anything else: ``<stem>.npy`` (the decoded sample) and ``<stem>.png`` (the policy's preview).
+
+A package adds its own kind through the ``ddpo_grpo.sample_kinds`` entry point (``foundation/plugins.py``), named
+for the kind: a :class:`SampleKind` that recognises its batches (checked after image and video, before array) and
+its pipelines, and writes one sample — e.g. MotionWorld's ``"motion"`` (``[B, frames, 263]`` HumanML3D features:
+``.npy``, a stick-figure ``.gif`` and a filmstrip ``.png``; ``worlds/motion/extras.py``). A pipeline no plug-in
+kind claims is evaluated as the library's default kind, ``"image"`` (video and array pipelines included), by
+``scripts/evaluate.py``; the evaluation extras of a kind are ``ddpo_grpo/evaluation_extras.py``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from foundation import plugins
+
+#: the kind of pipelines that no plug-in kind claims (``kind_of_pipeline``)
+DEFAULT_KIND = "image"
+
+
+def _never(pipeline: Any) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class SampleKind:
+    """A kind of decoded samples offered by a package (entry point ``ddpo_grpo.sample_kinds``, named ``name``)."""
+
+    #: the kind's name: the entry point's name, and the key of its evaluation extras
+    name: str
+    #: ``of_samples(batch) -> bool``: a decoded batch ``[B, ...]`` (tensor or array) is of this kind
+    of_samples: Callable[[Any], bool]
+    #: ``write(sample, out_dir, stem, title=prompt) -> {"file": name, ...}``: writes one sample's files under
+    #: ``out_dir`` and returns their names relative to it ("file" is the index row's main file; other keys beside it)
+    write: Callable[..., dict[str, str]]
+    #: ``of_pipeline(pipeline) -> bool``: a loaded pipeline decodes samples of this kind (before any sampling)
+    of_pipeline: Callable[[Any], bool] = _never
+
+
+def plugin_kinds() -> list[SampleKind]:
+    """The sample kinds installed packages offer, by name; a ValueError names an entry point of the wrong type."""
+    kinds = []
+    for name in plugins.names("sample_kinds"):
+        kind = plugins.load("sample_kinds", name)
+        if not isinstance(kind, SampleKind) or kind.name != name:
+            raise ValueError(
+                f"sample_kinds plug-in {name!r} is {kind!r}; it must be a ddpo_grpo.sample_kinds.SampleKind "
+                f"named {name!r}"
+            )
+        kinds.append(kind)
+    return kinds
+
+
+def kind_of_samples(samples: Any) -> str:
+    """The kind of a decoded batch: "image" ([B, 3, H, W]), "video" ([B, F, 3, H, W]), a plug-in kind, or "array"."""
+    from foundation.images import is_video
+
+    if samples.ndim == 4 and samples.shape[1] == 3:
+        return "image"
+    if is_video(samples):
+        return "video"
+    return next((k.name for k in plugin_kinds() if k.of_samples(samples)), "array")
+
+
+def kind_of_pipeline(pipeline: Any) -> str:
+    """The name of the plug-in kind that claims ``pipeline``'s samples, else :data:`DEFAULT_KIND`."""
+    return next((k.name for k in plugin_kinds() if k.of_pipeline(pipeline)), DEFAULT_KIND)
+
+
+def _save_png(image, path: Path) -> None:
+    """image: [3, H, W] float in [0, 1] -> 8-bit RGB PNG."""
+    import torch
+    from PIL import Image
+
+    array = (image.clamp(0, 1) * 255).round().to(dtype=torch.uint8).permute(1, 2, 0).cpu().numpy()
+    Image.fromarray(array).save(path)
+
+
+def write_sample(sample, kind: str, out: Path, stem: str, title: str, policy, fps: int = 16) -> dict[str, str]:
+    """Write one decoded sample of ``kind`` as the module docstring says; return the index row's file fields."""
+    import numpy as np
+
+    if kind == "image":
+        _save_png(sample, out / f"{stem}.png")
+        return {"file": f"{stem}.png"}
+    if kind == "video":
+        from ddpo_grpo.video import write_video
+
+        return write_video(sample, out, stem, fps)
+    plugin = next((k for k in plugin_kinds() if k.name == kind), None)
+    if plugin is not None:
+        return plugin.write(sample, out, stem, title=title)
+    np.save(out / f"{stem}.npy", sample.detach().float().cpu().numpy())
+    _save_png(policy.preview(sample[None])[0], out / f"{stem}.png")
+    return {"file": f"{stem}.npy", "png": f"{stem}.png"}

@@ -1,0 +1,213 @@
+"""Sampling a model from the command line, as ``scripts/sample.py`` and ``scripts/evaluate.py`` both do.
+
+One place for what the two share: the sampling flags and their defaults (:data:`DEFAULT_SAMPLING`, used when neither
+a flag nor the run's own settings give a value: ``ddpo_grpo.cli.resolve_sampling``), their range checks and
+--out's, the policy built from a loaded pipeline with a refused setting reported as the flag that set it,
+deterministic samples scored by rewards (evaluate.py's, for the model and for --compare's base), the torch device,
+and a command's ``main`` (a ``UsageError`` becomes argparse's one-line message and exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddpo_grpo.cli import UsageError, native_resolution, resolve_sampling
+
+#: sampling settings when neither a flag nor the run's own settings give them (resolution None = native)
+DEFAULT_SAMPLING = {
+    "num_steps": 40,
+    "guidance_scale": 4.5,
+    "max_sequence_length": 77,
+    "resolution": None,
+    "kernel": "",
+    "negative_prompt": "",
+    "image_guidance_scale": None,
+    "num_frames": 0,
+    "guidance_scale_2": None,
+}
+#: --kernel's choices ('' = the family's default)
+KERNELS = ("", "flow_grpo", "dance", "cps", "ddim", "ddpm")
+
+
+def add_sampling_flags(p: argparse.ArgumentParser, batch_size: int) -> None:
+    """The flags of :data:`DEFAULT_SAMPLING`, --seed, --batch_size (default ``batch_size``) and --device."""
+    p.add_argument(
+        "--seed", type=int, default=0, help="base seed; image k of prompt i uses a seed derived from (seed, i, k)"
+    )
+    p.add_argument(
+        "--num_steps",
+        type=int,
+        default=None,
+        help=f"denoising steps (default: the run's, else {DEFAULT_SAMPLING['num_steps']})",
+    )
+    p.add_argument(
+        "--guidance_scale",
+        type=float,
+        default=None,
+        help=f"classifier-free guidance weight, <= 1: off (default: the run's, else {DEFAULT_SAMPLING['guidance_scale']})",
+    )
+    p.add_argument(
+        "--resolution",
+        type=int,
+        default=None,
+        help="image side in pixels (default: the run's, else the pipeline's native size, denoiser sample_size x "
+        "VAE factor)",
+    )
+    p.add_argument(
+        "--max_sequence_length",
+        type=int,
+        default=None,
+        help=f"text tokens for encoders that take it, T5 (default: the run's, else {DEFAULT_SAMPLING['max_sequence_length']})",
+    )
+    p.add_argument(
+        "--kernel",
+        default=None,
+        choices=list(KERNELS),
+        help="the transition kernel (sample.kernel; '' = the family's default: flow_grpo, ddim, or a denoiser "
+        "pipeline's scheduler kind; default: the run's)",
+    )
+    p.add_argument(
+        "--negative_prompt",
+        default=None,
+        help="negative prompt for classifier-free guidance (default: the run's, else '')",
+    )
+    p.add_argument(
+        "--image_guidance_scale",
+        type=float,
+        default=None,
+        help="image-conditioned pipelines: the image guidance s_I >= 1 (default: the run's, else the adapter's)",
+    )
+    p.add_argument(
+        "--num_frames",
+        type=int,
+        default=None,
+        help="video families: frames per video (Wan: 4k + 1; default: the run's, else 0 = the family's default)",
+    )
+    p.add_argument(
+        "--guidance_scale_2",
+        type=float,
+        default=None,
+        help="two-expert models (Wan 2.2): the low-noise expert's CFG scale (default: the run's, else --guidance_scale)",
+    )
+    p.add_argument("--batch_size", type=int, default=batch_size, help="images per denoiser batch")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+
+
+def check_sampling(args) -> None:
+    """The sampling flags' ranges (a flag still None, to be resolved, passes)."""
+    for name in ("num_steps", "max_sequence_length", "batch_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise UsageError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.resolution is not None and args.resolution < 1:
+        raise UsageError(f"--resolution must be a positive number of pixels, got {args.resolution}")
+    if args.guidance_scale is not None and not math.isfinite(args.guidance_scale):
+        raise UsageError(f"--guidance_scale must be a finite number, got {args.guidance_scale}")
+
+
+def check_out(out: str | None) -> None:
+    """--out must be a directory or creatable as one (no file at it or above it)."""
+    if out is not None:
+        blocked = next((p for p in [Path(out), *Path(out).parents] if p.exists()), None)
+        if blocked is not None and not blocked.is_dir():
+            raise UsageError(f"--out {out!r}: {str(blocked)!r} is a file; give a directory (created if missing)")
+
+
+def resolve_and_check(args) -> dict:
+    """Fill the sampling flags left None from the run of ``args.model``, else :data:`DEFAULT_SAMPLING` (printing
+    where each value came from), and check them; return ``{setting: value used}``."""
+    used = resolve_sampling(args, args.model, DEFAULT_SAMPLING)
+    check_sampling(args)
+    return used
+
+
+def policy_from_flags(pipeline, args, **extra):
+    """``(policy, resolution)``: ``pipeline`` wrapped in its family's adapter with the sampling flags of ``args``
+    (``extra``: more adapter settings, e.g. the deprecated ``sde_type``); a setting the adapter refuses is a
+    UsageError naming its flag."""
+    from ddpo_grpo.policies import build_policy
+
+    resolution = args.resolution or native_resolution(pipeline)
+    if args.kernel:
+        extra["kernel"] = args.kernel
+    if args.image_guidance_scale is not None:  # (read by the image-conditioned families only)
+        extra["image_guidance_scale"] = args.image_guidance_scale
+    if args.guidance_scale_2 is not None:  # (read by two-expert families only)
+        extra["guidance_scale_2"] = args.guidance_scale_2
+    try:
+        policy = build_policy(
+            pipeline,
+            resolution=resolution,
+            max_sequence_length=args.max_sequence_length,
+            num_frames=args.num_frames,
+            **extra,
+        )
+    except ValueError as exc:
+        flag = f"--kernel {args.kernel!r}" if "kernel" in str(exc) else f"--resolution {resolution}"
+        flag = f"--num_frames {args.num_frames}" if "num_frames" in str(exc) else flag
+        flag = f"--guidance_scale_2 {args.guidance_scale_2}" if "guidance_scale_2" in str(exc) else flag
+        raise UsageError(f"{flag}: {exc}") from exc
+    return policy, resolution
+
+
+@dataclass
+class Sampled:
+    """One model's deterministic samples scored by every reward (:func:`sample_and_score`)."""
+
+    scorers: Any  # ddpo_grpo.evaluation.Scorers
+    samples: Any  # the first ``max_samples`` decoded samples
+    captions: list[str]
+    policy: Any
+    resolution: int
+
+
+def sample_and_score(pipeline, args, rows: list[dict], rewards: dict, device, max_samples: int | None) -> Sampled:
+    """Deterministic samples of ``pipeline`` (the sampling flags of ``args``, and --per_prompt, --per_group,
+    --group_by, --frame_reduction) for ``rows``, scored by every reward of ``rewards`` (``ddpo_grpo.evaluation``)."""
+    from ddpo_grpo.evaluation import Scorers, evaluate
+    from reward_models import check_kinds, for_sample_kind
+
+    policy, resolution = policy_from_flags(pipeline, args)
+    pipeline.to(device)
+    try:  # a video family's frames scored by image rewards, reduced per video by --frame_reduction
+        check_kinds(rewards, policy.sample_kind, type(policy).__name__)
+        rewards = {n: for_sample_kind(f, policy.sample_kind, args.frame_reduction) for n, f in rewards.items()}
+    except ValueError as exc:
+        raise UsageError(f"--reward: {exc}") from exc
+    scorers = Scorers(rewards, args.group_by)
+    _, samples, captions = evaluate(
+        policy,
+        rows,
+        scorers,
+        num_steps=args.num_steps,
+        guidance_scale=args.guidance_scale,
+        per_prompt=args.per_prompt,
+        per_group=args.per_group,
+        group_by=args.group_by,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        negative_prompt=args.negative_prompt,
+        max_samples=max_samples,
+    )
+    return Sampled(scorers, samples, captions, policy, resolution)
+
+
+def device_of(args):
+    """The torch device of --device (default: cuda when available, else cpu)."""
+    import torch
+
+    return torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def run_command(parser: argparse.ArgumentParser, fn, argv=None) -> int:
+    """Parse ``argv`` and run ``fn(args)``: 0 on success; a UsageError exits through ``parser.error`` (its message
+    in one line, exit status 2)."""
+    args = parser.parse_args(argv)
+    try:
+        fn(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    return 0
