@@ -179,12 +179,8 @@ def test_the_core_reaches_rewards_through_their_facade():
 def test_scripts_import_no_world():
     """``scripts/`` reach the worlds only through the plug-in registry (foundation/plugins.py): no ``import worlds…``,
     ``from worlds… import``, or ``import_module("worlds…")`` anywhere in a script, at module level or in a function."""
-    # issue 34: these four become `python -m worlds.<name>` commands on another branch; delete the set once merged
-    moving = {"pretrain_motion.py", "pretrain_shapes.py", "make_shapes_split.py", "train_motion_evaluator.py"}
     bad = []
     for path in sorted((REPO / "scripts").glob("*.py")):
-        if path.name in moving:
-            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = []
             if isinstance(node, ast.Import):
