@@ -1,7 +1,8 @@
 """Sampling a model from the command line, as ``scripts/sample.py`` and ``scripts/evaluate.py`` both do.
 
-One place for what the two share: the sampling flags and their defaults (:data:`DEFAULT_SAMPLING`, used when neither
-a flag nor the run's own settings give a value: ``ddpo_grpo.cli.resolve_sampling``), their range checks and
+One place for what the two share: the sampling flags and where their values come from (:func:`resolve_settings`: a
+flag; else the run's own settings, ``ddpo_grpo.cli.run_sampling_settings``; else the settings the model recommends in
+its pipeline directory's :data:`MODEL_SAMPLING_FILE`; else :data:`DEFAULT_SAMPLING`), their range checks and
 --out's, the policy built from a loaded pipeline with a refused setting reported as the flag that set it,
 deterministic samples scored by rewards (evaluate.py's, for the model and for --compare's base), the torch device,
 and a command's ``main`` (a ``UsageError`` becomes argparse's one-line message and exit status 2).
@@ -10,14 +11,17 @@ and a command's ``main`` (a ``UsageError`` becomes argparse's one-line message a
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpo_grpo.cli import UsageError, native_resolution, resolve_sampling
+from ddpo_grpo.cli import SAMPLING_KEYS, UsageError, native_resolution, run_sampling_settings
 
-#: sampling settings when neither a flag nor the run's own settings give them (resolution None = native)
+#: sampling settings when no flag, run or model (MODEL_SAMPLING_FILE) gives them (resolution None = native)
 DEFAULT_SAMPLING = {
     "num_steps": 40,
     "guidance_scale": 4.5,
@@ -29,6 +33,10 @@ DEFAULT_SAMPLING = {
     "num_frames": 0,
     "guidance_scale_2": None,
 }
+#: a pipeline directory's recommended sampling settings: a JSON object of some of ``ddpo_grpo.cli.SAMPLING_KEYS``
+#: (e.g. ``{"kernel": "ddim", "num_steps": 20, "guidance_scale": 2.5}``), the settings its world evaluates with;
+#: used for a setting no flag and no run gives (a LoRA run's base model's file too). Every shipped model has one.
+MODEL_SAMPLING_FILE = "sampling.json"
 #: --kernel's choices ('' = the family's default)
 KERNELS = ("", "flow_grpo", "dance", "cps", "ddim", "ddpm")
 
@@ -42,13 +50,15 @@ def add_sampling_flags(p: argparse.ArgumentParser, batch_size: int) -> None:
         "--num_steps",
         type=int,
         default=None,
-        help=f"denoising steps (default: the run's, else {DEFAULT_SAMPLING['num_steps']})",
+        help=f"denoising steps (default: the run's, else the model's {MODEL_SAMPLING_FILE}, else "
+        f"{DEFAULT_SAMPLING['num_steps']})",
     )
     p.add_argument(
         "--guidance_scale",
         type=float,
         default=None,
-        help=f"classifier-free guidance weight, <= 1: off (default: the run's, else {DEFAULT_SAMPLING['guidance_scale']})",
+        help=f"classifier-free guidance weight, <= 1: off (default: the run's, else the model's {MODEL_SAMPLING_FILE}, "
+        f"else {DEFAULT_SAMPLING['guidance_scale']})",
     )
     p.add_argument(
         "--resolution",
@@ -116,10 +126,55 @@ def check_out(out: str | None) -> None:
             raise UsageError(f"--out {out!r}: {str(blocked)!r} is a file; give a directory (created if missing)")
 
 
+def model_sampling_settings(model: str) -> tuple[dict, str]:
+    """The sampling settings ``model`` recommends, and the file they were read from: its pipeline directory's
+    :data:`MODEL_SAMPLING_FILE` (for a run's output, its final/'s, else a LoRA run's base model's); ``({}, "")``
+    when there is none (a hub id, a factory file, a directory without one). An unreadable file, or one with a key
+    that is not a sampling setting, is a UsageError naming it."""
+    from ddpo_grpo.policies import is_factory_spec, resolve_model
+
+    base, lora_dir = resolve_model(os.path.expanduser(str(model)))
+    for folder in (lora_dir, None if is_factory_spec(base) else base):
+        path = Path(folder) / MODEL_SAMPLING_FILE if folder else None
+        if path is None or not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"--model {model!r}: cannot read {path}: {exc}") from exc
+        unknown = sorted(set(data) - set(SAMPLING_KEYS)) if isinstance(data, dict) else None
+        if unknown is None or unknown:
+            raise UsageError(
+                f"--model {model!r}: {path} must be a JSON object of sampling settings ({', '.join(SAMPLING_KEYS)})"
+                + (f"; unknown: {unknown}" if unknown else "")
+            )
+        return {k: v for k, v in data.items() if v is not None}, str(path)
+    return {}, ""
+
+
+def resolve_settings(args, model: str, defaults: dict, out=None) -> dict:
+    """Fill every ``SAMPLING_KEYS`` attribute of ``args`` left None: from the run's own settings when ``model`` is a
+    run's output, else from the model's :data:`MODEL_SAMPLING_FILE`, else from ``defaults``; print one line naming
+    each value's source (flag, run, model, default) and the files read. Returns ``{key: value}`` of those used."""
+    run, run_source = run_sampling_settings(model)
+    recommended, model_source = model_sampling_settings(model)
+    used, origin = {}, {}
+    for key in (k for k in SAMPLING_KEYS if hasattr(args, k)):
+        layers = (("flag", {key: getattr(args, key)} if getattr(args, key) is not None else {}), ("run", run))
+        layers += (("model", recommended), ("default", {key: defaults.get(key)}))
+        origin[key], value = next((name, layer[key]) for name, layer in layers if key in layer)
+        setattr(args, key, value)
+        used[key] = value
+    shown = ", ".join(f"{k}={used[k]!r} ({origin[k]})" for k in used)
+    where = "".join(f"; {o} settings from {s}" for o, s in (("run", run_source), ("model", model_source)) if s)
+    print(f"sampling settings: {shown}{where}", file=out or sys.stdout, flush=True)
+    return used
+
+
 def resolve_and_check(args) -> dict:
-    """Fill the sampling flags left None from the run of ``args.model``, else :data:`DEFAULT_SAMPLING` (printing
-    where each value came from), and check them; return ``{setting: value used}``."""
-    used = resolve_sampling(args, args.model, DEFAULT_SAMPLING)
+    """Fill the sampling flags left None (:func:`resolve_settings`: the run's, the model's recommended, else
+    :data:`DEFAULT_SAMPLING`; printing where each value came from), and check them; return ``{setting: value}``."""
+    used = resolve_settings(args, args.model, DEFAULT_SAMPLING)
     check_sampling(args)
     return used
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -279,3 +280,80 @@ def test_motion_kernel_flag_is_checked(models, tiny_mdm, prompts_txt, tmp_path, 
             ]
         )
     assert exc.value.code == 2 and "--kernel 'cps'" in capsys.readouterr().err
+
+
+def test_a_models_recommended_settings_are_used_unless_a_flag_is_given(tiny_mdm, tmp_path, capsys):
+    """A pipeline directory's sampling.json (ddpo_grpo/sampling_cli.py) gives the settings no flag gives, and the
+    settings line names them as the model's: the samples equal those drawn with the same settings as flags."""
+    import shutil
+
+    model = tmp_path / "mdm"
+    shutil.copytree(tiny_mdm, model)
+    (model / "sampling.json").write_text(json.dumps({"kernel": "ddim", "num_steps": 3, "guidance_scale": 2.5}))
+    (tmp_path / "p.txt").write_text("a person walks forward\n")
+    base = ["--model", str(model), "--prompts", str(tmp_path / "p.txt"), "--device", "cpu"]
+    assert sample_script.main([*base, "--out", str(tmp_path / "model")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("sampling settings:"))
+    assert "num_steps=3 (model), guidance_scale=2.5 (model)" in line and "kernel='ddim' (model)" in line
+    assert line.endswith(f"model settings from {model / 'sampling.json'}")
+    flags = ["--kernel", "ddim", "--num_steps", "3", "--guidance_scale", "2.5"]
+    assert sample_script.main([*base, "--out", str(tmp_path / "flags"), *flags]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "model" / "00000.npy"), np.load(tmp_path / "flags" / "00000.npy"))
+    # a flag wins over the model's setting
+    assert sample_script.main([*base, "--out", str(tmp_path / "two"), "--num_steps", "2"]) == 0
+    assert "num_steps=2 (flag), guidance_scale=2.5 (model)" in capsys.readouterr().out
+    assert not np.array_equal(np.load(tmp_path / "two" / "00000.npy"), np.load(tmp_path / "model" / "00000.npy"))
+
+
+def test_a_bad_sampling_json_is_one_line(tiny_mdm, tmp_path, capsys):
+    import shutil
+
+    model = tmp_path / "mdm"
+    shutil.copytree(tiny_mdm, model)
+    (model / "sampling.json").write_text(json.dumps({"steps": 20}))
+    (tmp_path / "p.txt").write_text("a person walks forward\n")
+    with pytest.raises(SystemExit) as exc:
+        sample_script.main(["--model", str(model), "--prompts", str(tmp_path / "p.txt"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "sampling.json must be a JSON object of sampling settings" in err
+    assert "unknown: ['steps']" in err and not (tmp_path / "o").exists()
+
+
+def test_the_shipped_models_carry_their_worlds_evaluation_settings():
+    """Each shipped pipeline's sampling.json holds the settings its world's recipes evaluate with (config/*.py), and
+    the package data ships it."""
+    from config.edit import get_config as edit_config
+    from config.motion import get_config as motion_config
+    from config.restore import get_config as restore_config
+    from config.shapes import get_config as shapes_config
+    from ddpo_grpo.sampling_cli import MODEL_SAMPLING_FILE, model_sampling_settings
+
+    def expected(config, keys):
+        s = config.sample
+        named = {"num_steps": s.eval_num_steps, "guidance_scale": s.guidance_scale, "kernel": s.kernel}
+        named |= {"resolution": s.resolution, "max_sequence_length": s.max_sequence_length}
+        named["image_guidance_scale"] = s.image_guidance_scale
+        return {k: named[k] for k in keys}
+
+    motion, shapes, restore = motion_config(), shapes_config(), restore_config()
+    cases = {
+        "worlds/motion/models/mdm": expected(motion, ["kernel", "num_steps", "guidance_scale"]),
+        "worlds/shapes/models/sd": expected(
+            shapes, ["num_steps", "guidance_scale", "resolution", "max_sequence_length"]
+        ),
+        "worlds/shapes/models/sd3": expected(
+            shapes, ["num_steps", "guidance_scale", "resolution", "max_sequence_length"]
+        ),
+        "worlds/shapes_i2i/models/ip2p": expected(
+            restore, ["num_steps", "guidance_scale", "image_guidance_scale", "resolution"]
+        ),
+    }
+    for model, settings in cases.items():
+        found, source = model_sampling_settings(str(REPO / model))
+        assert found == settings and source == str(REPO / model / MODEL_SAMPLING_FILE), model
+    i2i = ["num_steps", "guidance_scale", "image_guidance_scale", "resolution"]
+    assert expected(edit_config(), i2i) == cases["worlds/shapes_i2i/models/ip2p"]  # the editing recipes' too
+    assert motion.sample.kernel == "ddim" and cases["worlds/motion/models/mdm"]["num_steps"] == 20
+    pyproject = (REPO / "pyproject.toml").read_text()
+    for world in ("shapes", "motion", "shapes_i2i"):
+        assert re.search(rf'"worlds\.{world}" = \[[^\]]*"models/\*/\*\.json"', pyproject), world
