@@ -3,8 +3,8 @@
 The library knows three kinds of decoded batches:
 
 * ``"image"`` — ``[B, 3, H, W]`` in [0, 1]: ``<stem>.png``;
-* ``"video"`` — ``[B, F, 3, H, W]``: ``<stem>.gif``, ``.mp4`` with PyAV, and a filmstrip ``.png``
-  (:func:`ddpo_grpo.video.write_video`);
+* ``"video"`` — ``[B, F, 3, H, W]``: ``<stem>.gif``, ``.mp4`` with PyAV (the ``video`` extra), and a filmstrip
+  ``.png`` (:func:`ddpo_grpo.video.write_video`);
 * ``"array"`` — anything else: ``<stem>.npy`` (the decoded sample) and ``<stem>.png`` (the policy's preview).
 
 A package adds its own kind through the ``ddpo_grpo.sample_kinds`` entry point (``foundation/plugins.py``), named
@@ -13,6 +13,7 @@ its pipelines, and writes one sample — e.g. MotionWorld's ``"motion"`` (``[B, 
 ``.npy``, a stick-figure ``.gif`` and a filmstrip ``.png``; ``worlds/motion/extras.py``). A pipeline no plug-in
 kind claims is evaluated as the library's default kind, ``"image"`` (video and array pipelines included), by
 ``scripts/evaluate.py``; the evaluation extras of a kind are ``ddpo_grpo/evaluation_extras.py``'s.
+:func:`written_formats` is the line ``scripts/sample.py`` ends with: the formats it wrote.
 """
 
 from __future__ import annotations
@@ -103,3 +104,18 @@ def write_sample(sample, kind: str, out: Path, stem: str, title: str, policy, fp
     np.save(out / f"{stem}.npy", sample.detach().float().cpu().numpy())
     _save_png(policy.preview(sample[None])[0], out / f"{stem}.png")
     return {"file": f"{stem}.npy", "png": f"{stem}.png"}
+
+
+#: what a video sample lacks without PyAV, and how to get it (``written_formats``)
+MP4_HINT = 'no MP4: install the video extra, pip install "ddpo_grpo[video]" (PyAV)'
+
+
+def written_formats(kind: str, files: dict[str, str]) -> str:
+    """One line saying which formats a sample of ``kind`` was written in (``files``: :func:`write_sample`'s
+    return), the index row's main file first; for videos without an MP4, how to get one."""
+    suffixes = [Path(files["file"]).suffix] + [Path(f).suffix for f in files.values()]
+    formats = list(dict.fromkeys(s.lstrip(".").upper() for s in suffixes))
+    line = f'{kind} samples written as {" + ".join(formats)} (index.jsonl\'s "file": the {formats[0]})'
+    if kind == "video" and formats[0] != "MP4":
+        line += f"; {MP4_HINT}"
+    return line

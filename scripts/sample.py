@@ -53,7 +53,7 @@ from pathlib import Path
 
 from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows
 from ddpo_grpo.evaluation import image_seed  # (shared with scripts/evaluate.py)
-from ddpo_grpo.sample_kinds import kind_of_samples, write_sample
+from ddpo_grpo.sample_kinds import kind_of_samples, write_sample, written_formats
 from ddpo_grpo.sampling_cli import (
     add_sampling_flags,
     check_out,
@@ -151,6 +151,7 @@ def sample(args) -> list[dict]:
                 index_rows.append(entry)
             index.flush()
             print(f"{len(index_rows)}/{len(items)} samples written to {out}", flush=True)
+    print(written_formats(kind, {"file": entry["file"], **files}), flush=True)  # (the last sample's files)
     return index_rows
 
 

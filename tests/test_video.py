@@ -102,7 +102,7 @@ def test_a_reward_of_the_wrong_kind_is_refused():
         check_kinds({"red": declare_kinds(lambda s, p, m: None, "image")}, "array", "MDM")
 
 
-def test_sample_script_writes_videos(tmp_path):
+def test_sample_script_writes_videos(tmp_path, capsys):
     from ddpo_grpo.tiny import build_tiny_wan
     from tests.conftest import load_script
 
@@ -121,6 +121,13 @@ def test_sample_script_writes_videos(tmp_path):
         assert Image.open(tmp_path / "out" / row["png"]).size == (5 * 32, 32)
     lines = (tmp_path / "out" / "index.jsonl").read_text().splitlines()
     assert [json.loads(line)["file"] for line in lines] == [r["file"] for r in index]
+    # its last line says which formats it wrote (the MP4 only with the video extra)
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    if mp4_available():
+        assert said == 'video samples written as MP4 + GIF + PNG (index.jsonl\'s "file": the MP4)'
+    else:
+        assert said.startswith('video samples written as GIF + PNG (index.jsonl\'s "file": the GIF); no MP4: ')
+        assert 'pip install "ddpo_grpo[video]"' in said
     bad = sample.build_parser().parse_args(
         ["--model", str(tmp_path / "wan"), "--prompts", str(tmp_path / "p.txt"), "--out", str(tmp_path / "o2")]
         + ["--resolution", "32", "--num_frames", "6"]
@@ -187,3 +194,16 @@ def test_evaluate_script_scores_videos_frame_wise(tmp_path):
     assert evaluate.main(argv) == 0
     data = json.loads((tmp_path / "ev" / "eval.json").read_text())
     assert data["metrics"]["eval/num_samples"] == 2 and np.isfinite(data["metrics"]["eval/score"])
+
+
+def test_written_formats_names_the_files_and_the_missing_mp4():
+    from ddpo_grpo.sample_kinds import written_formats
+
+    mp4 = {"file": "00000.mp4", "gif": "00000.gif", "png": "00000.png"}
+    assert written_formats("video", mp4) == 'video samples written as MP4 + GIF + PNG (index.jsonl\'s "file": the MP4)'
+    gif = written_formats("video", {"file": "00000.gif", "gif": "00000.gif", "png": "00000.png"})
+    assert gif.startswith("video samples written as GIF + PNG") and "ddpo_grpo[video]" in gif
+    assert (
+        written_formats("image", {"file": "00000.png"})
+        == 'image samples written as PNG (index.jsonl\'s "file": the PNG)'
+    )
