@@ -23,6 +23,11 @@ kind of decoded samples::
 
     [project.entry-points."ddpo_grpo.evaluation_extras"]   # a ddpo_grpo.evaluation_extras.EvaluationExtras:
     motion = "worlds.motion.extras:EVALUATION"              #   default prompts / rewards, extra metrics, a table
+
+and one serves the policies' family registry (``ddpo_grpo/policies/family.py``), each entry point named for a family::
+
+    [project.entry-points."ddpo_grpo.families"]            # a ddpo_grpo.policies.FamilySpec of that name:
+    my_family = "my_package.adapter:SPEC"                   #   a pipeline class, its adapter, its tiny builder
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ GROUPS = {
     "prompt_sources": "ddpo_grpo.prompt_sources",
     "sample_kinds": "ddpo_grpo.sample_kinds",
     "evaluation_extras": "ddpo_grpo.evaluation_extras",
+    "families": "ddpo_grpo.families",
 }
 #: prefix of the module names under which `import_user_file` registers user files
 USER_MODULE_PREFIX = "_ddpo_user_"

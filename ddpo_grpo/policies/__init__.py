@@ -9,8 +9,9 @@ Every family is registered once, by the ``FamilySpec`` at the end of its adapter
 tables here (``ADAPTERS``, ``PIPELINES``), ``ddpo_grpo.tiny``'s and the planner's are views of that registry. Adding a
 model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy`` subclass)
 with its spec, its tiny builder, a config and its checkpoints' configs; the adapter test kit
-(tests/test_adapter_kit.py) then checks it (docs/adapters.md). The supported families and their recipes:
-docs/models.md.
+(tests/test_adapter_kit.py) then checks it (docs/adapters.md). An installed package may add a family without
+touching this package: a ``FamilySpec`` under the ``ddpo_grpo.families`` entry point (``policies.family.plugin_specs``).
+The supported families and their recipes: docs/models.md.
 
 A model may also be a user's own code: ``pretrained.model = "path/to/my_model.py:build"`` (or
 ``"path/to/my_model.py"``, which calls ``build``) imports the file (``foundation.plugins.import_user_file``)
@@ -31,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 #: the registry's API, re-exported from ``policies.family`` on first use (``__getattr__``: keeps this import light)
-_FAMILY_API = ("Checkpoint", "FamilySpec", "by_name", "families", "register")
+_FAMILY_API = ("Checkpoint", "FamilySpec", "by_name", "families", "plugin_specs", "register")
 
 
 def __getattr__(name: str):

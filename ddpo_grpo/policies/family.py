@@ -15,7 +15,8 @@ the rest of the house needs to know about it:
     benchmark       whether ``scripts/benchmark.py --models all`` measures it
 
 The registry (``families()``) is assembled on first use by importing every module of ``ddpo_grpo.policies`` and
-collecting their specs (and any ``register``-ed from outside the package), so that ``import ddpo_grpo.policies``
+collecting their specs, those installed packages offer through the ``ddpo_grpo.families`` entry point
+(``plugin_specs``; ``foundation/plugins.py``), and any ``register``-ed at run time, so that ``import ddpo_grpo.policies``
 stays cheap; ``policies.ADAPTERS``, ``policies.PIPELINES``, ``tiny.BUILDERS``, ``tiny.FAMILIES`` and the planner's
 family table are views of it (``policies.View``). Adding a family: docs/adapters.md.
 """
@@ -129,14 +130,32 @@ _CACHE: dict[str, FamilySpec] | None = None
 
 
 def register(spec: FamilySpec) -> None:
-    """Register a family defined outside ``ddpo_grpo/policies/`` (a plug-in): it joins every view."""
+    """Register a family defined outside ``ddpo_grpo/policies/`` at run time: it joins every view (an installed
+    package declares its families through the ``ddpo_grpo.families`` entry point instead: ``plugin_specs``)."""
     global _CACHE
     _REGISTERED.append(spec)
     _CACHE = None
 
 
+def plugin_specs() -> list[FamilySpec]:
+    """The families installed packages offer (entry point group ``ddpo_grpo.families``, each a ``FamilySpec`` named
+    as its entry point), by name; a ValueError names an entry point of the wrong type."""
+    from foundation import plugins
+
+    specs = []
+    for name in plugins.names("families"):
+        spec = plugins.load("families", name)
+        if not isinstance(spec, FamilySpec) or spec.name != name:
+            raise ValueError(
+                f"families plug-in {name!r} is {spec!r}; it must be a ddpo_grpo.policies.FamilySpec named {name!r}"
+            )
+        specs.append(spec)
+    return specs
+
+
 def _discover() -> dict[str, FamilySpec]:
-    """Pipeline class -> spec, from every ``SPEC`` / ``SPECS`` of the modules of ``ddpo_grpo.policies``."""
+    """Pipeline class -> spec, from every ``SPEC`` / ``SPECS`` of the modules of ``ddpo_grpo.policies``, the plug-ins'
+    and the ``register``-ed."""
     import pkgutil
 
     import ddpo_grpo.policies as package
@@ -148,7 +167,7 @@ def _discover() -> dict[str, FamilySpec]:
         specs += list(getattr(module, "SPECS", ()))
     found: dict[str, FamilySpec] = {}
     names: dict[str, str] = {}
-    for spec in specs + _REGISTERED:
+    for spec in specs + plugin_specs() + _REGISTERED:
         for key, table in ((spec.pipeline, found), (spec.name, names)):
             if key in table:
                 raise ValueError(f"two family specs claim {key!r}; a pipeline class and a name belong to one family")
