@@ -64,44 +64,44 @@ def add_sampling_flags(p: argparse.ArgumentParser, batch_size: int) -> None:
         "--resolution",
         type=int,
         default=None,
-        help="image side in pixels (default: the run's, else the pipeline's native size, denoiser sample_size x "
+        help="image side in pixels (default: the run's, the model's sampling.json, else the pipeline's native size, denoiser sample_size x "
         "VAE factor)",
     )
     p.add_argument(
         "--max_sequence_length",
         type=int,
         default=None,
-        help=f"text tokens for encoders that take it, T5 (default: the run's, else {DEFAULT_SAMPLING['max_sequence_length']})",
+        help=f"text tokens for encoders that take it, T5 (default: the run's, the model's sampling.json, else {DEFAULT_SAMPLING['max_sequence_length']})",
     )
     p.add_argument(
         "--kernel",
         default=None,
         choices=list(KERNELS),
         help="the transition kernel (sample.kernel; '' = the family's default: flow_grpo, ddim, or a denoiser "
-        "pipeline's scheduler kind; default: the run's)",
+        "pipeline's scheduler kind; default: the run's, else the model's sampling.json)",
     )
     p.add_argument(
         "--negative_prompt",
         default=None,
-        help="negative prompt for classifier-free guidance (default: the run's, else '')",
+        help="negative prompt for classifier-free guidance (default: the run's, the model's sampling.json, else '')",
     )
     p.add_argument(
         "--image_guidance_scale",
         type=float,
         default=None,
-        help="image-conditioned pipelines: the image guidance s_I >= 1 (default: the run's, else the adapter's)",
+        help="image-conditioned pipelines: the image guidance s_I >= 1 (default: the run's, the model's sampling.json, else the adapter's)",
     )
     p.add_argument(
         "--num_frames",
         type=int,
         default=None,
-        help="video families: frames per video (Wan: 4k + 1; default: the run's, else 0 = the family's default)",
+        help="video families: frames per video (Wan: 4k + 1; default: the run's, the model's sampling.json, else 0 = the family's default)",
     )
     p.add_argument(
         "--guidance_scale_2",
         type=float,
         default=None,
-        help="two-expert models (Wan 2.2): the low-noise expert's CFG scale (default: the run's, else --guidance_scale)",
+        help="two-expert models (Wan 2.2): the low-noise expert's CFG scale (default: the run's, the model's sampling.json, else --guidance_scale)",
     )
     p.add_argument("--batch_size", type=int, default=batch_size, help="images per denoiser batch")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")

@@ -34,8 +34,9 @@ Usage:
 
 Sampling settings (--num_steps, --guidance_scale, --max_sequence_length, --resolution, --kernel,
 --negative_prompt, --image_guidance_scale): a flag wins; else, for a training run's output, the run's own
-(final/ddpo_grpo_final.json's "sampling", else its newest checkpoint's config: ddpo_grpo/cli.py); else the
-defaults of ddpo_grpo/sampling_cli.py's DEFAULT_SAMPLING. The values used, and where each came from, are printed
+(final/ddpo_grpo_final.json's "sampling", else its newest checkpoint's config: ddpo_grpo/cli.py); else the model's
+recommended settings (its pipeline directory's sampling.json: docs/models.md); else the defaults of
+ddpo_grpo/sampling_cli.py's DEFAULT_SAMPLING. The values used, and where each came from, are printed
 and saved in eval.json ("sampling"). Sampling is deterministic: noise_level 0 (the flow ODE / DDIM η=0) and the
 initial noise of sample k of prompt i drawn from a seed derived from (--seed, i, k) only, the same seeds as
 scripts/sample.py; so scores do not depend on --batch_size or --limit (up to float rounding of batched arithmetic).

@@ -32,7 +32,8 @@ Examples:
 Sampling settings (--num_steps, --guidance_scale, --max_sequence_length, --resolution, --kernel,
 --negative_prompt, --image_guidance_scale): a flag wins; else, for a training run's output, the run's own
 (final/ddpo_grpo_final.json's "sampling", else its newest checkpoint's config: ddpo_grpo/cli.py), so a run's
-samples look like its report's; else the defaults of ddpo_grpo/sampling_cli.py's DEFAULT_SAMPLING. The values
+samples look like its report's; else the model's recommended settings (its pipeline directory's sampling.json:
+docs/models.md); else the defaults of ddpo_grpo/sampling_cli.py's DEFAULT_SAMPLING. The values
 used, and where each came from, are printed.
 
 Sampling is exactly the policy's sampler (``ddpo_grpo.rollout.sample_rollout`` on the model family's
