@@ -59,6 +59,7 @@ class Clock:
 def sampling_line(policy, sample) -> str:
     """The sampling settings the run uses, resolved (the policy's resolution, kernel and noise level, not the
     config's "" / 0 / None meaning "the default")."""
+
     def shown(value) -> str:
         return f"{value:g}" if isinstance(value, float) else str(value)
 
