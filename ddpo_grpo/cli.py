@@ -42,19 +42,74 @@ def run_main(fn, *, debug: bool = False, out=None) -> int:
 def load_config(argv: list[str], default: str):
     """The ml-collections config of a command line: ``--config path/to/file.py[:name]`` (default ``default``) and
     ``--config.a.b=value`` overrides. Every problem is a UsageError naming the flag and the fix (unknown fields
-    get the nearest field names), instead of absl's traceback."""
-    import difflib
+    get the nearest field names), instead of absl's traceback.
 
-    from absl import flags
-    from ml_collections import config_flags
-
+    ``--config.resume_from=<run>`` without ``--config`` continues that run with its own saved config
+    (:func:`resumed_config`); with ``--config`` the given file and overrides are used as they are."""
     spec = None  # the last --config wins, as with absl flags
     for i, arg in enumerate(argv):
         if arg.startswith("--config="):
             spec = arg.split("=", 1)[1]
         elif arg == "--config" and i + 1 < len(argv):
             spec = argv[i + 1]
-    spec = spec or default
+    resume = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config.resume_from=")]
+    if spec is None and resume and resume[-1]:
+        return resumed_config(argv, resume[-1], default)
+    return _load_file(argv, spec or default, default)
+
+
+#: the fields a run continued with ``--config.resume_from`` alone may change on the command line (a prefix ending
+#: in "." covers a whole section): how long it runs, how often it saves and evaluates, what it logs. Every other
+#: field is the saved run's: changing it would make the continued run another experiment.
+RESUME_SAFE = ("resume_from", "num_epochs", "save_freq", "logging.", "eval.freq")
+
+
+def resume_safe(field: str) -> bool:
+    return any(field == s or (s.endswith(".") and field.startswith(s)) for s in RESUME_SAFE)
+
+
+def resumed_config(argv: list[str], resume_from: str, default: str):
+    """The saved config of the run ``resume_from`` names (run_dir.saved_config: its config.json, or an older run's
+    checkpoint state.json), with the command line's RESUME_SAFE overrides applied; any other override is a
+    UsageError naming the field. The run continues in the directory resume_from names (run_name cleared)."""
+    from ml_collections import ConfigDict
+
+    from ddpo_grpo.run_dir import saved_config
+
+    found = saved_config(resume_from)
+    if found is None:
+        raise UsageError(
+            f"--config.resume_from={resume_from!r}: no config.json and no checkpoint there to read the run's config "
+            "from; give the run directory (or one of its checkpoints), or pass the run's --config too"
+        )
+    values, source = found
+    parsed = _load_file(argv, default, default)  # names and types checked against the default config
+    fields = [a[len("--config.") :].split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+    for field in fields:
+        if not resume_safe(field):
+            raise UsageError(
+                f"--config.{field}: a resumed run keeps its saved value (from {source}); only "
+                f"{', '.join(s + '*' if s.endswith('.') else s for s in RESUME_SAFE)} may change on resume "
+                "(start a new run to change the rest)"
+            )
+    config = ConfigDict(values)
+    for field in fields:
+        *path, leaf = field.split(".")
+        node, given = config, parsed
+        for part in path:
+            node, given = node[part], given[part]
+        node[leaf] = given[leaf]
+    config.run_name, config.resume_from = "", resume_from  # the run continues where resume_from points
+    return config
+
+
+def _load_file(argv: list[str], spec: str, default: str):
+    """load_config of the config file ``spec``."""
+    import difflib
+
+    from absl import flags
+    from ml_collections import config_flags
+
     path = spec.split(":", 1)[0]
     if not os.path.isfile(path):
         raise UsageError(f"--config {spec!r}: no such file {path!r}; give path/to/file.py[:experiment]")

@@ -20,7 +20,13 @@ SUMMARY_KEYS = (
 
 
 def duration(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    """``35 s``, ``2 min 20 s``, ``1 h 05 min``."""
+    seconds = round(seconds)
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def summary(epoch: int, metrics: dict) -> str:
@@ -32,7 +38,8 @@ def summary(epoch: int, metrics: dict) -> str:
 
 
 class Clock:
-    """The time left: epochs to go × the median epoch so far (robust to the slow first epoch)."""
+    """The time a run takes, measured: after its first epoch, that epoch's time × the epochs to run; then the time
+    left, epochs to go × the median epoch so far (robust to the slow first epoch)."""
 
     def __init__(self, num_epochs: int):
         self.num_epochs, self.times = num_epochs, []
@@ -40,18 +47,41 @@ class Clock:
     def tick(self, epoch: int, seconds: float) -> str:
         self.times.append(seconds)
         left = (self.num_epochs - epoch - 1) * float(np.median(self.times))
+        if len(self.times) == 1:
+            todo = self.num_epochs - epoch  # this epoch and the rest (a resumed run starts past epoch 0)
+            return (
+                f"epoch {epoch} took {duration(seconds)}; at this pace about {duration(todo * seconds)} for "
+                f"{todo} epoch{'s' * (todo != 1)}, {duration(left)} to go"
+            )
         return f"about {duration(left)} to go"
 
 
-def startup_lines(run_dir, model_path, policy, totals: dict, num_params: int, expected_minutes: float) -> list[str]:
-    lines = [f"run directory: {run_dir}", f"model: {model_path} ({type(policy).__name__}, kernel {policy.kernel})"]
+def sampling_line(policy, sample) -> str:
+    """The sampling settings the run uses, resolved (the policy's resolution, kernel and noise level, not the
+    config's "" / 0 / None meaning "the default")."""
+
+    def shown(value) -> str:
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    parts = [
+        f"resolution={policy.resolution}",
+        f"kernel={policy.kernel}",
+        f"noise_level={shown(policy.noise_level)}",
+        f"steps={sample.num_steps} (evaluation {sample.eval_num_steps})",
+        f"guidance={shown(sample.guidance_scale)}",
+    ]
+    return "sampling settings: " + ", ".join(parts)
+
+
+def startup_lines(run_dir, model_path, policy, totals: dict, num_params: int, config) -> list[str]:
+    lines = [f"run directory: {run_dir}", f"model: {model_path} ({type(policy).__name__})"]
+    lines.append(sampling_line(policy, config.sample))
     lines += [f"{k}: {v}" for k, v in totals.items()]
     lines.append(f"trainable parameters: {num_params:,}")
-    if expected_minutes:
-        lines.append(
-            f"expected duration: about {expected_minutes:.0f} min on two free CPU cores (more on a busy or slower "
-            "machine: OMP_NUM_THREADS=1 then); --config.num_epochs trades time for gain"
-        )
+    lines.append(
+        f"expected duration: measured after the first epoch ({config.num_epochs} epochs of "
+        f"{totals.get('images_per_epoch', '?')} images); --config.num_epochs trades time for gain"
+    )
     return lines
 
 

@@ -10,14 +10,20 @@
   attempt did, e.g. why it failed), so that the new run's metrics and report are its own.
 * A directory holding a complete checkpoint or ``final/`` is a run's result: a new run of that name is refused
   (``config_checks.check_inputs``: continue it with resume_from, or choose another run_name).
+* ``config.json`` (the resolved config, every field) and ``command.txt`` (the command line of each start, one line
+  each) are written at the top of the directory when the run starts: what the run is, without opening a checkpoint;
+  ``resume_from=<run dir>`` alone reads the config back (:func:`saved_config`).
 * Hidden ``.tmp-*`` / ``.old-*`` entries are what a run killed while writing a checkpoint or ``final/`` left:
   removed (an ``.old-*`` whose replacement is missing is put back instead), each with a line.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +33,10 @@ from ddpo_grpo.checkpoint import CHECKPOINTS_DIRNAME, find_checkpoint, leftovers
 #: what an attempt writes before its first checkpoint (moved to previous/<n>/ when the run starts again)
 ATTEMPT_FILES = ("metrics.jsonl", "metrics.superseded.jsonl", "report", "samples", "wandb", "tensorboard")
 PREVIOUS = "previous"
+CONFIG_FILE = "config.json"
+COMMAND_FILE = "command.txt"
+#: the command that started this process (scripts/train.py sets it; else sys.argv): command.txt's line
+launch_command: list[str] | None = None
 
 
 def holds_result(run: Path) -> bool:
@@ -54,6 +64,7 @@ def prepare_run_dir(config, acc, log=print) -> Path:
             )
         for path in leftovers(run):
             log(clean_leftover(path))
+        describe(run, config)
     acc.wait_for_everyone()
     return run
 
@@ -108,3 +119,37 @@ def stopped_note(run: Path) -> str:
     else:
         state = "it saved no checkpoint: start it again (the same run_name works) once the cause is fixed"
     return f"The run in {run} ended without final/; {state}"
+
+
+def config_text(config) -> str:
+    """The resolved config as config.json holds it (and ``scripts/train.py --print_config`` prints it)."""
+    return json.dumps(json.loads(config.to_json()), indent=2, sort_keys=True) + "\n"
+
+
+def describe(run: Path, config) -> None:
+    """Write ``config.json`` (the resolved config) and add this start's command line to ``command.txt``, atomically."""
+    from foundation.atomic_io import atomic_write_text
+
+    atomic_write_text(run / CONFIG_FILE, config_text(config))
+    command = launch_command if launch_command is not None else ["python", *sys.argv]
+    before = (run / COMMAND_FILE).read_text(encoding="utf-8") if (run / COMMAND_FILE).is_file() else ""
+    atomic_write_text(run / COMMAND_FILE, before + shlex.join(command) + "\n")
+
+
+def saved_config(path: Path) -> tuple[dict, Path] | None:
+    """The config a run saved, and the file it came from, for ``path`` (a run directory or one of its checkpoints):
+    ``<run>/config.json``, else (runs older than config.json) the newest checkpoint's ``state.json`` "config";
+    None when neither exists."""
+    from ddpo_grpo.checkpoint import STATE_FILE
+
+    path = Path(path).expanduser()
+    runs = [path, path.parent.parent] if path.parent.name == CHECKPOINTS_DIRNAME else [path]
+    for run in runs:
+        if (run / CONFIG_FILE).is_file():
+            return json.loads((run / CONFIG_FILE).read_text(encoding="utf-8")), run / CONFIG_FILE
+    found = [path] if (path / STATE_FILE).is_file() else list_checkpoints(path)
+    if found:
+        state = json.loads((found[-1] / STATE_FILE).read_text(encoding="utf-8"))
+        if isinstance(state.get("config"), dict):
+            return state["config"], found[-1] / STATE_FILE
+    return None

@@ -57,9 +57,7 @@ class Trainer:
         vars(self).update(vars(wiring.build_run(config, accelerator)))  # the parts, as attributes
         self.main, self.rank = self.acc.is_main_process, self.acc.process_index
         num_params = sum(p.numel() for p in self.params.values())
-        for line in console.startup_lines(
-            self.run_dir, self.model_path, self.policy, self.totals, num_params, config.expected_minutes
-        ):
+        for line in console.startup_lines(self.run_dir, self.model_path, self.policy, self.totals, num_params, config):
             self.log(line)
         plan = planner.startup_line(config, self.acc.num_processes, self.model_path, self.acc.device, self.main)
         if plan:  # the memory planner's line (ddpo_grpo/planner; None on other processes or when it cannot plan)

@@ -46,19 +46,39 @@ import config
 DEFAULT_CONFIG = os.path.join(os.path.dirname(config.__file__), "quickstart.py")  # config/ is an installed package
 
 
+OPTIONS = """usage: python scripts/train.py [--config FILE.py[:NAME]] [--config.<field>=<value> ...] [--print_config] [--debug]
+
+options:
+  --config FILE.py[:NAME]    the experiment: a config file and one of its functions (default: config/quickstart.py)
+  --config.<field>=<value>   set one config field, e.g. --config.num_epochs=4 (every field: config/base.py)
+  --config.resume_from=RUN   continue RUN with its saved config.json (no --config needed; only num_epochs,
+                             save_freq, logging.*, eval.freq may change)
+  --print_config             print the resolved config as JSON and exit (a dry run: nothing is loaded or written)
+  --debug                    show the traceback of a failure instead of its one-line message
+  -h, --help                 show this text
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv[1:]):
-        print(__doc__)
+        print(OPTIONS + "\n" + __doc__)
         return 0
-    debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+    debug, print_only = "--debug" in argv, "--print_config" in argv
+    argv = [a for a in argv if a not in ("--debug", "--print_config")]
 
     def train():
+        from ddpo_grpo import run_dir
         from ddpo_grpo.cli import load_config
+
+        config = load_config(argv, DEFAULT_CONFIG)
+        if print_only:
+            print(run_dir.config_text(config), end="")
+            return
         from ddpo_grpo.trainer import Trainer
 
-        Trainer(load_config(argv, DEFAULT_CONFIG)).run()
+        run_dir.launch_command = ["python", *argv]
+        Trainer(config).run()
 
     from ddpo_grpo.cli import run_main
 
