@@ -30,10 +30,6 @@ def get_config():
     config.num_checkpoint_limit = 3  # keep the newest N checkpoints; 0 = keep all
     config.mixed_precision = "no"  # "no" | "fp16" | "bf16": autocast for denoiser / VAE / text encoders
     config.allow_tf32 = True  # TF32 matmuls on Ampere+ GPUs (no effect on CPU)
-    # printed at start-up: the run's measured wall time on two CPU cores with nothing else running, in minutes
-    # (0 = not measured; a recipe's docstring says where it was measured);
-    # after each epoch the run prints its own estimate of the time left
-    config.expected_minutes = 0.0
 
     # ---- pretrained model ---------------------------------------------------------------------
     config.pretrained = pretrained = ml_collections.ConfigDict()

@@ -320,29 +320,3 @@ def run_sampling_settings(model: str) -> tuple[dict, str]:
         if found:
             return found, str(state)
     return {}, ""
-
-
-def resolve_sampling(args, model: str, defaults: dict, out=None) -> dict:
-    """Fill every SAMPLING_KEYS attribute of ``args`` left at None: from the run's own settings when ``model`` is
-    a run's output (:func:`run_sampling_settings`), else from ``defaults``; print one line naming each value's
-    source. Returns ``{key: value}`` of the settings used (those ``args`` has)."""
-    import sys
-
-    run, source = run_sampling_settings(model)
-    used, origin = {}, {}
-    for key in SAMPLING_KEYS:
-        if not hasattr(args, key):
-            continue
-        if getattr(args, key) is not None:
-            origin[key] = "flag"
-        elif key in run:
-            setattr(args, key, run[key])
-            origin[key] = "run"
-        else:
-            setattr(args, key, defaults.get(key))
-            origin[key] = "default"
-        used[key] = getattr(args, key)
-    shown = ", ".join(f"{k}={used[k]!r} ({origin[k]})" for k in used)
-    where = f"; run settings from {source}" if source else ""
-    print(f"sampling settings: {shown}{where}", file=out or sys.stdout, flush=True)
-    return used

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ddpo_grpo.cli import SAMPLING_KEYS, UsageError, resolve_sampling, run_sampling_settings
+from ddpo_grpo.cli import SAMPLING_KEYS, UsageError, run_sampling_settings
+from ddpo_grpo.sampling_cli import resolve_settings
 from tests.conftest import load_script
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -101,7 +102,7 @@ def test_flags_override_and_the_sources_are_printed(tmp_path):
     run = _run(tmp_path, {"kind": "full", "sampling": {"num_steps": 20, "guidance_scale": 3.0}})
     args = SimpleNamespace(num_steps=None, guidance_scale=7.0, max_sequence_length=None)  # no resolution flag here
     out = io.StringIO()
-    used = resolve_sampling(args, str(run), {"num_steps": 40, "guidance_scale": 4.5, "max_sequence_length": 77}, out)
+    used = resolve_settings(args, str(run), {"num_steps": 40, "guidance_scale": 4.5, "max_sequence_length": 77}, out)
     assert used == {"num_steps": 20, "guidance_scale": 7.0, "max_sequence_length": 77}
     assert (args.num_steps, args.guidance_scale, args.max_sequence_length) == (20, 7.0, 77)
     line = out.getvalue().strip()
