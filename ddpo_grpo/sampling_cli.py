@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpo_grpo.cli import UsageError, native_resolution, resolve_sampling
+from ddpo_grpo.cli import UsageError, check_rows_for, native_resolution, resolve_sampling
 
 #: sampling settings when neither a flag nor the run's own settings give them (resolution None = native)
 DEFAULT_SAMPLING = {
@@ -171,6 +171,7 @@ def sample_and_score(pipeline, args, rows: list[dict], rewards: dict, device, ma
     from reward_models import check_kinds, for_sample_kind
 
     policy, resolution = policy_from_flags(pipeline, args)
+    check_rows_for(policy, rows, args.prompts)  # an image-editing model needs rows with source images
     pipeline.to(device)
     try:  # a video family's frames scored by image rewards, reduced per video by --frame_reduction
         check_kinds(rewards, policy.sample_kind, type(policy).__name__)
