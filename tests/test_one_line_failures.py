@@ -92,7 +92,11 @@ def test_evaluate_an_editing_model_on_text_prompts_names_a_source_with_images(tm
 # ---- 4. Ctrl-C during training ----------------------------------------------------------------------------------
 
 
-def test_ctrl_c_stops_cleanly_with_the_resume_command_that_works(tmp_path, tiny_dirs, monkeypatch, capsys):
+@pytest.mark.parametrize("where", ["update", "saving"])
+def test_ctrl_c_stops_cleanly_with_the_resume_command_that_works(where, tmp_path, tiny_dirs, monkeypatch, capsys):
+    """Ctrl-C in epoch 1's update, or while epoch 1's checkpoint is moved into place (its files written): the line
+    names epoch 0's checkpoint, no half-written one is left, and the printed command resumes and finishes."""
+    from ddpo_grpo.checkpoint import files
     from ddpo_grpo.trainer import Trainer
 
     argv = _argv(
@@ -103,14 +107,22 @@ def test_ctrl_c_stops_cleanly_with_the_resume_command_that_works(tmp_path, tiny_
         "--config.sample.num_batches_per_epoch=1",
         "--config.logging.image_freq=0",
     )
-    update = Trainer.update_phase
+    update, move = Trainer.update_phase, files.move_into_place
 
     def interrupted_in_epoch_1(self, ep, *args, **kwargs):
         if ep.index == 1:
             raise KeyboardInterrupt
         return update(self, ep, *args, **kwargs)
 
-    monkeypatch.setattr(Trainer, "update_phase", interrupted_in_epoch_1)
+    def interrupted_saving_epoch_1(tmp, final):
+        if final.name == "epoch_000001":
+            raise KeyboardInterrupt
+        return move(tmp, final)
+
+    if where == "update":
+        monkeypatch.setattr(Trainer, "update_phase", interrupted_in_epoch_1)
+    else:
+        monkeypatch.setattr(files, "move_into_place", interrupted_saving_epoch_1)
     monkeypatch.setattr(sys, "argv", argv)
     assert train_script.main(argv) == 130
     run = tmp_path / "logs" / "r"
@@ -124,6 +136,7 @@ def test_ctrl_c_stops_cleanly_with_the_resume_command_that_works(tmp_path, tiny_
     assert not (run / "final").exists() and list((run / "checkpoints").iterdir()) == [checkpoint]
 
     monkeypatch.setattr(Trainer, "update_phase", update)
+    monkeypatch.setattr(files, "move_into_place", move)
     assert train_script.main(command[1:]) == 0  # the command as printed resumes from the checkpoint and finishes
     assert "resumed" in capsys.readouterr().out.lower()
     assert (run / "final").is_dir()
