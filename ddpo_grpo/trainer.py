@@ -94,12 +94,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
-        """Train from start_epoch to num_epochs, then export final/; a run that stops itself (guard.py) says where
-        it left its state."""
-        if self.start_epoch == 0:
-            self.hooks.before()
+        """Train from start_epoch to num_epochs, then export final/; a run that stops itself (guard.py) or is
+        interrupted (Ctrl-C: ``Interrupted``) says where it left its state."""
         metrics, clock, epoch = {}, console.Clock(self.config.num_epochs), self.start_epoch
         try:
+            if self.start_epoch == 0:
+                self.hooks.before()
             for epoch in range(self.start_epoch, self.config.num_epochs):
                 metrics = self.run_epoch(epoch, clock)
         except TrainingStopped as exc:
