@@ -241,7 +241,8 @@ def get_config():
     # Threads scoring batch b while batch b+1 is sampled (0 = score synchronously after each batch).
     # Results are collected in batch order, so the outcome does not depend on this setting.
     reward.num_workers = 1
-    reward.kwargs = {}  # name -> dict of keyword arguments for that reward's factory
+    # Entries of the config file's own for rewards a command line drops from reward.fns are dropped with a note.
+    reward.kwargs = {}  # name -> dict of keyword arguments for that reward's factory (only names in reward.fns)
     # name -> what it loads: a registry name or "path/to/file.py:fn". Config keys cannot contain dots,
     # so a user file gets an alias: reward.sources = {"mine": "my_reward.py:score"}, reward.fns = {"mine": 1.0}
     # (on the command line: --config.reward.sources="{'mine': 'my_reward.py:score'}" --config.reward.fns="{'mine': 1.0}").

@@ -17,7 +17,9 @@ class UsageError(UserError):
 def run_main(fn, *, debug: bool = False, out=None) -> int:
     """Run ``fn()`` as a command: 0 on success; a bad input (``UserError``) prints its message and gives 2, a run
     that stopped itself (``guard.TrainingStopped``, a refused non-finite save) prints why and gives 1 — both
-    without a traceback unless ``debug``. Anything else is a bug and propagates with its traceback."""
+    without a traceback unless ``debug``; Ctrl-C (``KeyboardInterrupt``) prints one line and gives 130, with the
+    resume command when the interrupted run says where it stopped (``run_dir``: ``trainer.Interrupted``). Anything
+    else is a bug and propagates with its traceback."""
     import sys
 
     from ddpo_grpo.checkpoint import NonFiniteError
@@ -26,6 +28,13 @@ def run_main(fn, *, debug: bool = False, out=None) -> int:
     out = out or sys.stderr
     try:
         fn()
+    except KeyboardInterrupt as exc:  # Ctrl-C: a training run says where it stopped and how to go on
+        if debug:
+            raise
+        run_dir = getattr(exc, "run_dir", None)
+        resume = f"; resume with: {resume_command(sys.argv, run_dir)}" if run_dir else ""
+        print(f"{exc or 'interrupted'}{resume} (exit status 130)", file=out, flush=True)
+        return 130
     except (TrainingStopped, NonFiniteError) as exc:
         if debug:
             raise
@@ -37,6 +46,15 @@ def run_main(fn, *, debug: bool = False, out=None) -> int:
         print(f"error: {exc}", file=out, flush=True)
         return 2
     return 0
+
+
+def resume_command(argv: list[str], run_dir) -> str:
+    """The command line ``argv`` (a training script's) with ``--config.resume_from=<run_dir>`` in place of any
+    earlier resume_from, as a shell command to copy."""
+    import shlex
+
+    kept = [a for a in argv[1:] if not a.startswith("--config.resume_from")]
+    return "python " + shlex.join([argv[0], *kept, f"--config.resume_from={run_dir}"])
 
 
 def load_config(argv: list[str], default: str):
@@ -149,9 +167,42 @@ def _load_file(argv: list[str], spec: str, default: str):
                 )
             node = node[part]
     try:
-        return parse(argv)
+        final = parse(argv)
     except Exception as exc:  # a value of the wrong type, an unparsable literal
         raise UsageError(f"command line: {exc}") from exc
+    drop_default_kwargs(final, config)
+    return final
+
+
+def drop_default_kwargs(config, defaults, out=None) -> list[str]:
+    """Make the config file's reward.kwargs follow reward.fns: an entry for a reward that is not in reward.fns is
+    dropped, with a one-line note, when it is the config file's own (equal to ``defaults``' entry, e.g. a world's
+    ``shapes`` kwargs after ``--config.reward.fns="{'pickscore': 1.0}"``); one the command line set stays, and the
+    config check refuses it. Returns the names dropped."""
+    import sys
+
+    reward = config.get("reward") if hasattr(config, "get") else None
+    if reward is None or "kwargs" not in reward or "fns" not in reward or "reward" not in defaults:
+        return []
+
+    def plain(value):
+        return value.to_dict() if hasattr(value, "to_dict") else value
+
+    base = defaults.reward.get("kwargs") or {}
+    dropped = [
+        k
+        for k in list(reward.kwargs)
+        if k not in reward.fns and k in base and plain(base[k]) == plain(reward.kwargs[k])
+    ]
+    if dropped:
+        with reward.unlocked():
+            reward.kwargs = {k: v for k, v in plain(reward.kwargs).items() if k not in dropped}
+        print(
+            f"note: reward.kwargs for {dropped} (the config's own) dropped: not in reward.fns {sorted(reward.fns)}",
+            file=out or sys.stdout,
+            flush=True,
+        )
+    return dropped
 
 
 def load_rows(source: str) -> list[dict]:
@@ -161,6 +212,41 @@ def load_rows(source: str) -> list[dict]:
         return load_prompts(source)
     except (ValueError, OSError) as exc:
         raise UsageError(f"--prompts {source!r}: {exc}") from exc
+
+
+def check_rows_for(policy, rows: list[dict], source: str) -> None:
+    """A UsageError naming --prompts when ``policy`` edits a source image (``image_conditioned``) and a row of
+    ``source`` carries none; it names an installed prompt source whose rows have them."""
+    from ddpo_grpo.policies.conditioning import SOURCE_KEY
+
+    if not getattr(policy, "image_conditioned", False):
+        return
+    missing = next((i for i, row in enumerate(rows) if row.get(SOURCE_KEY) is None), None)
+    if missing is None:
+        return
+    found = conditioned_source()
+    hint = f"e.g. --prompts {found}" if found else f'a .jsonl file with a "{SOURCE_KEY}" in every row'
+    raise UsageError(
+        f"--prompts {source!r}: row {missing} (prompt {rows[missing].get('prompt')!r}) has no {SOURCE_KEY!r}, and "
+        f"this model ({type(policy).__name__}) edits a source image: give prompt rows with source images, {hint}"
+    )
+
+
+def conditioned_source() -> str | None:
+    """The name of an installed prompt source whose rows all carry a source image (held-out splits first), or None."""
+    from ddpo_grpo.policies.conditioning import SOURCE_KEY
+    from ddpo_grpo.prompts import load_prompts
+    from foundation import plugins
+
+    names = sorted(plugins.names("prompt_sources"), key=lambda n: (not n.endswith("_test"), n))
+    for name in names:
+        try:
+            rows = load_prompts(name)
+        except Exception:  # a broken plug-in is not this message's concern
+            continue
+        if rows and all(row.get(SOURCE_KEY) is not None for row in rows):
+            return name
+    return None
 
 
 def _looks_like_path(model: str) -> bool:

@@ -217,6 +217,13 @@ def _reward(p: list[str], config) -> None:
         p.append(f"reward.num_workers={config.reward.num_workers!r} must be an integer ≥ 0 (0 = score synchronously)")
     if not config.reward.fns:
         p.append("reward.fns is empty: set it to {name: weight}, e.g. {'jpeg_compressibility': 1.0}")
+    stray = sorted(set(config.reward.kwargs) - set(config.reward.fns))
+    if stray and config.reward.fns:
+        p.append(
+            f"reward.kwargs has entries {stray} for rewards that are not in reward.fns {sorted(config.reward.fns)}: "
+            f"add those rewards to reward.fns, or give reward.kwargs only for the rewards you train with "
+            f'(e.g. --config.reward.kwargs="{{}}")'
+        )
 
 
 def _batch_arithmetic(p: list[str], config, num_processes: int) -> None:
@@ -332,6 +339,7 @@ def check_inputs(config) -> None:
     from ddpo_grpo import checkpoint as ckpt
     from ddpo_grpo.cli import check_model_source
     from ddpo_grpo.heldout import scorer_names
+    from ddpo_grpo.metrics_log import tracker_problem
     from ddpo_grpo.prompts import load_prompts
     from ddpo_grpo.run_dir import holds_result, starts_again
     from reward_models import check_reward_spec
@@ -369,6 +377,9 @@ def check_inputs(config) -> None:
         problem = check_reward_spec(spec)
         if problem:
             p.append(f"{field}: {problem}")
+    problem = tracker_problem(config.logging.tracker)  # before the run directory: the tracker's package
+    if problem:
+        p.append(problem)
     if p:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(p))
 

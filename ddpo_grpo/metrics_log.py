@@ -24,6 +24,7 @@ import numpy as np
 
 from ddpo_grpo.image_grids import make_grid_uint8, save_grid
 from foundation.atomic_io import atomic_write
+from foundation.errors import ConfigError
 from foundation.images import to_uint8
 
 
@@ -190,6 +191,30 @@ class _TensorboardTracker:
         self.writer.close()
 
 
+#: logging.tracker name -> the package it needs (checked before the run directory is made: tracker_problem)
+TRACKER_PACKAGES = {"wandb": "wandb", "tensorboard": "tensorboard"}
+
+
+def tracker_problem(tracker: str) -> str | None:
+    """Why ``logging.tracker`` cannot be used (not a tracker, or its package not installed), or None. Cheap: the
+    package is looked up, not imported."""
+    import importlib.util
+
+    if tracker not in TRACKERS:
+        return f"logging.tracker={tracker!r} is not valid; choose one of {sorted(TRACKERS)}"
+    package = TRACKER_PACKAGES.get(tracker)
+    try:
+        found = package is None or importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return None
+    return (
+        f"logging.tracker={tracker!r} but {package} is not installed: `pip install {package}`, or "
+        "--config.logging.tracker=none (metrics.jsonl is written either way)"
+    )
+
+
 #: logging.tracker name -> tracker class(run_dir, project, run_name, config)
 TRACKERS: dict[str, Callable[..., Any]] = {
     "none": lambda run_dir, project, run_name, config: _NoTracker(),
@@ -226,8 +251,9 @@ class MetricsLogger:
         enabled: bool = True,
         resume_epoch: int | None = None,
     ):
-        if tracker not in TRACKERS:
-            raise ValueError(f"logging.tracker={tracker!r} is not valid; choose one of {sorted(TRACKERS)}")
+        problem = tracker_problem(tracker)
+        if problem:  # before anything is written
+            raise ConfigError(problem)
         self.run_dir = str(run_dir)
         self.enabled = enabled
         self._file = None

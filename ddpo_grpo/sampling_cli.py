@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpo_grpo.cli import SAMPLING_KEYS, UsageError, native_resolution, run_sampling_settings
+from ddpo_grpo.cli import SAMPLING_KEYS, UsageError, check_rows_for, native_resolution, run_sampling_settings
 
 #: sampling settings when no flag, run or model (MODEL_SAMPLING_FILE) gives them (resolution None = native)
 DEFAULT_SAMPLING = {
@@ -226,6 +226,7 @@ def sample_and_score(pipeline, args, rows: list[dict], rewards: dict, device, ma
     from reward_models import check_kinds, for_sample_kind
 
     policy, resolution = policy_from_flags(pipeline, args)
+    check_rows_for(policy, rows, args.prompts)  # an image-editing model needs rows with source images
     pipeline.to(device)
     try:  # a video family's frames scored by image rewards, reduced per video by --frame_reduction
         check_kinds(rewards, policy.sample_kind, type(policy).__name__)

@@ -37,7 +37,7 @@ import torch
 from ddpo_grpo import console, distributed, planner, wiring
 from ddpo_grpo.advantages import group_means, sample_keys
 from ddpo_grpo.cadence import every
-from ddpo_grpo.checkpoint import final_manifest
+from ddpo_grpo.checkpoint import final_manifest, list_checkpoints
 from ddpo_grpo.epoch import Epoch
 from ddpo_grpo.guard import TrainingStopped
 from ddpo_grpo.inner_loop import objective_metrics, train_objective, train_supervised
@@ -46,6 +46,17 @@ from ddpo_grpo.rollout import Rollout
 from ddpo_grpo.run_dir import stopped_note
 from ddpo_grpo.schedules import loss_weights
 from ddpo_grpo.seeding import derive_seed
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during training: the epoch it stopped in and the run's last complete checkpoint (``cli.run_main``
+    prints it with the resume command)."""
+
+    def __init__(self, epoch: int, run_dir: Path):
+        found = list_checkpoints(run_dir)
+        last = f"the last checkpoint is {found[-1]}" if found else "no checkpoint was saved yet (resuming starts again)"
+        super().__init__(f"interrupted at epoch {epoch}; {last}")
+        self.epoch, self.run_dir = epoch, run_dir
 
 
 class Trainer:
@@ -81,16 +92,21 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> Path:
-        """Train from start_epoch to num_epochs, then export final/; a run that stops itself (guard.py) says where
-        it left its state."""
-        if self.start_epoch == 0:
-            self.hooks.before()
-        metrics, clock = {}, console.Clock(self.config.num_epochs)
+        """Train from start_epoch to num_epochs, then export final/; a run that stops itself (guard.py) or is
+        interrupted (Ctrl-C: ``Interrupted``) says where it left its state."""
+        metrics, clock, epoch = {}, console.Clock(self.config.num_epochs), self.start_epoch
         try:
+            if self.start_epoch == 0:
+                self.hooks.before()
             for epoch in range(self.start_epoch, self.config.num_epochs):
                 metrics = self.run_epoch(epoch, clock)
         except TrainingStopped as exc:
             raise TrainingStopped(f"{exc}. {stopped_note(self.run_dir)}") from exc
+        except KeyboardInterrupt as exc:  # Ctrl-C: what was logged is flushed; checkpoints are atomic (never half)
+            self.logger.close()
+            if self.reward_pool is not None:
+                self.reward_pool.shutdown(wait=False, cancel_futures=True)
+            raise Interrupted(epoch, self.run_dir) from exc
         final = self.export_final()
         self.hooks.finish(metrics)
         self.logger.close()

@@ -121,6 +121,26 @@ def require_file(path: str | None, *, reward: str, kwarg: str, how_to_get: str) 
     return path
 
 
+def from_hub(load: Callable[[str], Any], name: str, *, reward: str, kwarg: str) -> Any:
+    """``load(name)`` (a transformers ``from_pretrained``); weights that are neither a local directory nor in the
+    hub cache, and cannot be downloaded (HF_HUB_OFFLINE, no network), are a RewardError naming the reward, the model
+    and how to get them."""
+    try:
+        return load(name)
+    except OSError as exc:
+        from foundation.errors import RewardError
+
+        if os.path.isdir(os.path.expanduser(name)):
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RewardError(f"reward {reward!r}: {kwarg}={name!r} could not be loaded: {detail}") from exc
+        home = os.environ.get("HF_HOME") or "~/.cache/huggingface"
+        raise RewardError(
+            f"reward {reward!r}: the weights of {name!r} ({kwarg}) are not in the local hub cache (HF_HOME={home}) "
+            f"and could not be downloaded: download them once with network access (`hf download {name}`), set "
+            f"HF_HOME to a cache that holds them, or give a local directory as reward.kwargs.{reward}.{kwarg}"
+        ) from exc
+
+
 def load_state_dict_file(path: str) -> dict:
     """Tensors from a ``.safetensors`` file or a ``torch.save`` file (``weights_only=True``).
 

@@ -36,6 +36,7 @@ from ._clip_backbones import (
     as_image_batch,
     batch_slices,
     check_batch_size,
+    from_hub,
     hf_image_embeds,
     hf_image_size,
     l2_normalize,
@@ -95,7 +96,7 @@ class AestheticMLP(nn.Module):
 def _load_clip_vision(clip_model: str):
     from transformers import CLIPVisionModelWithProjection
 
-    return CLIPVisionModelWithProjection.from_pretrained(clip_model)
+    return from_hub(CLIPVisionModelWithProjection.from_pretrained, clip_model, reward="aesthetic", kwarg="clip_model")
 
 
 @register("aesthetic")

@@ -33,6 +33,7 @@ from ._clip_backbones import (
     check_batch_size,
     check_prompts,
     encode_in_batches,
+    from_hub,
     hf_features,
     hf_image_embeds,
     hf_image_size,
@@ -83,11 +84,11 @@ def pickscore(
     if isinstance(model, str):
         from transformers import CLIPModel
 
-        model = CLIPModel.from_pretrained(model)
+        model = from_hub(CLIPModel.from_pretrained, model, reward="pickscore", kwarg="model")
     if isinstance(processor, str):
         from transformers import AutoProcessor
 
-        processor = AutoProcessor.from_pretrained(processor)
+        processor = from_hub(AutoProcessor.from_pretrained, processor, reward="pickscore", kwarg="processor")
     model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
     tokenizer = getattr(processor, "tokenizer", processor)
     image_processor = getattr(processor, "image_processor", None)

@@ -52,7 +52,7 @@ import json
 import sys
 from pathlib import Path
 
-from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows
+from ddpo_grpo.cli import UsageError, check_model_source, check_rows_for, load_model, load_rows
 from ddpo_grpo.evaluation import image_seed  # (shared with scripts/evaluate.py)
 from ddpo_grpo.sample_kinds import kind_of_samples, write_sample, written_formats
 from ddpo_grpo.sampling_cli import (
@@ -114,6 +114,7 @@ def sample(args) -> list[dict]:
     pipeline = load_model(args.model)
     device = device_of(args)
     policy, _ = policy_from_flags(pipeline, args, sde_type=args.sde_type)
+    check_rows_for(policy, rows, args.prompts)  # an image-editing model needs rows with source images
     pipeline.to(device)
 
     out = Path(args.out)

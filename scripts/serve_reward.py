@@ -103,8 +103,8 @@ def main(argv: list | None = None) -> int:
 
     try:
         reward_fn = reward_models.load_reward(args.reward, **kwargs)
-    except (ValueError, TypeError, RuntimeError) as exc:  # unknown name, bad kwargs, user file failed
-        parser.error(str(exc))
+    except (ValueError, TypeError, RuntimeError, OSError) as exc:  # unknown name, bad kwargs, weights not found
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")  # one line (exit status 2), without the usage block
     if "root" in kwargs:
         LOG.warning(
             "the reward's 'root' does not apply to paths in requests: the server resolves them inside "

@@ -34,7 +34,8 @@ Launch:
 Any field can be overridden: --config.train.learning_rate=1e-4 --config.sample.num_steps=20
 
 Exit status: 0 done; 2 a bad input (config field, file, model, reward: one message naming it and the fix);
-1 a run that stopped itself (non-finite updates, epochs that teach nothing; ddpo_grpo/guard.py).
+1 a run that stopped itself (non-finite updates, epochs that teach nothing; ddpo_grpo/guard.py); 130 interrupted
+(Ctrl-C: the last checkpoint stays, and the line printed is the command that resumes).
 --debug shows the traceback instead.
 """
 
