@@ -7,8 +7,8 @@ axis): the training reward's mean inside its ±1 std band with the per-group mea
 the paired probe's gain ± 2 SE; and the held-out evaluation at every ``eval.freq`` epochs, as curves (one per
 scorer's headline metric, the first scorer's groups dotted), the untrained model at epoch −1.
 
-Drawn to be read: epoch ticks on integers; every series with markers (a one-epoch series is a visible dot, its
-panel at least an epoch either side, a flat one ±10 % of its value); evaluation curves whose magnitudes differ more
+Drawn to be read: epoch ticks on integers, every panel over the same epochs; every series with markers (a
+one-epoch series is a visible dot, a flat one ±10 % of its value); evaluation curves whose magnitudes differ more
 than tenfold in panels of their own (``scale_groups``); a series identical to an earlier one labelled "(same as
 …)" and drawn hollow on a dotted line so that both show (``draw_series``); the z = 1 and z = 3 lines in the legend.
 """
@@ -30,8 +30,9 @@ MIN_CELL = 160
 
 def captioned_grid(rows: Sequence, row_labels: Sequence[str], captions: Sequence[str], path, notes=None) -> Path:
     """One PNG at ``path`` (written atomically): ``rows`` of N float images [N, 3, H, W] in [0, 1] each, a label at
-    the left of each row, ``captions[j]`` under column j and below it the lines ``notes[j]`` (e.g. the held-out
-    scorers' verdicts, in blue). The captions also go into the PNG's "captions" chunk, the notes into "notes"."""
+    the left of each row, ``captions[j]`` under column j and below it the lines ``notes[j]`` (each a string or a
+    (text, colour) pair: e.g. the held-out scorers' verdicts). The captions also go into the PNG's "captions"
+    chunk, the notes' texts into "notes"."""
     from PIL import Image, ImageDraw, ImageFont
     from PIL.PngImagePlugin import PngInfo
 
@@ -45,9 +46,11 @@ def captioned_grid(rows: Sequence, row_labels: Sequence[str], captions: Sequence
     cell_w, cell_h = w * scale, h * scale
     font = ImageFont.load_default(size=13)
     chars = max(8, cell_w // 7)
-    notes = [list(x) for x in notes] if notes else [[] for _ in captions]
-    wrapped = [textwrap.wrap(c, chars)[:4] for c in captions]
-    noted = [[w for line in x for w in textwrap.wrap(line, chars)] for x in notes]
+    notes = [
+        [(x, "#1f5fa8") if isinstance(x, str) else tuple(x) for x in col] for col in notes or [[] for _ in captions]
+    ]
+    wrapped = [[(w, "black") for w in textwrap.wrap(c, chars)[:4]] for c in captions]
+    noted = [[(w, colour) for text, colour in col for w in textwrap.wrap(text, chars)] for col in notes]
     text_h = 16 * max(1, max(len(a) + len(b) for a, b in zip(wrapped, noted))) + 6
     label_w = 70
     pad = 6
@@ -63,13 +66,12 @@ def captioned_grid(rows: Sequence, row_labels: Sequence[str], captions: Sequence
             draw.rectangle((left - 1, top - 1, left + cell_w, top + cell_h), outline=(170, 170, 170))
     y0 = len(rows) * (cell_h + pad) + 2
     for j, (lines, extra) in enumerate(zip(wrapped, noted)):
-        for k, line in enumerate(lines + extra):
-            colour = "black" if k < len(lines) else (20, 70, 160)
+        for k, (line, colour) in enumerate(lines + extra):
             draw.text((label_w + j * (cell_w + pad), y0 + 16 * k), line, fill=colour, font=font)
     info = PngInfo()
     info.add_text("captions", json.dumps(list(captions)))
     if any(notes):
-        info.add_text("notes", json.dumps(notes))
+        info.add_text("notes", json.dumps([[text for text, _ in col] for col in notes]))
     path = Path(path)
     with replacing(path) as tmp:
         canvas.save(tmp, format="PNG", pnginfo=info)
@@ -103,30 +105,37 @@ def scale_groups(series: dict[str, tuple[list, list]], ratio: float = 10.0) -> l
 def draw_series(ax, series: dict[str, tuple[list, list]], styles: dict[str, dict] | None = None) -> None:
     """Each series of ``series`` (label -> (x, y)) on ``ax``, with markers (a single point stays visible), its
     ``styles`` (matplotlib kwargs) and, when it repeats an earlier series exactly, "(same as <label>)" in its
-    legend entry and a hollow marker on a thinner line, so that neither hides the other."""
-    seen: dict[tuple, str] = {}
+    legend entry and a hollow marker on a thinner line, so that neither hides the other. "Exactly" is to a
+    relative 1e-6 (float32's precision): the training reward, summed in float32, and the scorer it sums differ in
+    the last bits."""
+    seen: list[tuple[list, list, str]] = []
     for i, (key, (x, y)) in enumerate(series.items()):
         if not y:
             continue
         style = {"marker": "o", "lw": 1.5, "color": f"C{i}", "ms": 5} | dict((styles or {}).get(key, {}))
         label = key
-        twin = seen.get((tuple(x), tuple(y)))
+        twin = next((k for sx, sy, k in seen if list(sx) == list(x) and _close(sy, y)), None)
         if twin is not None:
             label = f"{key} (same as {twin})"
             style |= {"mfc": "none", "ms": 10, "lw": 1.0, "ls": ":"}
         else:
-            seen[(tuple(x), tuple(y))] = key
+            seen.append((x, y, key))
         ax.plot(x, y, label=label, **style)
 
 
-def _limits(ax, xs: list, ys: list) -> None:
-    """Epoch ticks on integers only, at least one epoch either side of a lone point, and a flat series given
-    room (10 % of its value) rather than matplotlib's ±4 % around nothing."""
+def _close(a: Sequence[float], b: Sequence[float]) -> bool:
+    return len(a) == len(b) and all(math.isclose(u, v, rel_tol=1e-6, abs_tol=1e-9) for u, v in zip(a, b))
+
+
+def _limits(ax, epochs: list, ys: list) -> None:
+    """Epoch ticks on integers only, every panel over the same ``epochs`` (all panels' points) with half an epoch
+    either side (a lone point is not centred in 0.96 .. 1.04), and a flat series given room (10 % of its value)
+    rather than matplotlib's ±4 % around nothing."""
     from matplotlib.ticker import MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if xs and max(xs) - min(xs) < 2:
-        ax.set_xlim(min(xs) - 1, max(xs) + 1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # integers even over one epoch
+    if epochs:
+        ax.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
     finite = [v for v in ys if math.isfinite(v)]
     if finite and max(finite) - min(finite) < 1e-12:
         pad = 0.1 * abs(finite[0]) or 0.1
@@ -180,6 +189,7 @@ def metrics_figure(
         _, se = _series(rows, "probe/diff_se")
         low, high = [a - 2 * e for a, e in zip(d, se)], [a + 2 * e for a, e in zip(d, se)]
         ax.fill_between(px, low, high, alpha=0.15, lw=0, label="± 2 SE")
+        ax.errorbar(px, d, yerr=[2 * e for e in se], fmt="none", ecolor="C0", capsize=3, lw=0.8)  # one point too
         draw_series(ax, {"probe/diff": (px, d)}, {"probe/diff": {"lw": 2}})
         ax.axhline(0.0, color="grey", lw=0.8)
         drawn[ax] = (px, d + low + high)
@@ -207,24 +217,20 @@ def metrics_figure(
         styles = {k: {"lw": 2 if k.startswith("paired/eval.train/") else 1.2} for k in paired}
         draw_series(ax, series, styles)
         ax.axhline(0.0, color="grey", lw=0.8)
-        for level, meaning in ((1.0, "a held-out scorer below it: did not rise"), (3.0, "training reward above: rose")):
-            ax.axhline(level, color="grey", lw=0.8, ls="--", label=f"z = {level:g}: {meaning}")
-            ax.annotate(
-                f"z = {level:g}",
-                (1.0, level),
-                xycoords=("axes fraction", "data"),
-                fontsize=7,
-                xytext=(2, 0),
-                textcoords="offset points",
-                va="center",
-                color="dimgrey",
-            )
+        meanings = (
+            (1.0, "--", "a held-out scorer below it did not rise"),
+            (3.0, "-.", "training reward above it rose"),
+        )
+        for level, ls, meaning in meanings:
+            ax.axhline(level, color="dimgrey", lw=0.9, ls=ls, label=f"z = {level:g}: {meaning}")
+            ax.annotate(f"z = {level:g}", (0.005, level), xycoords=("axes fraction", "data"), fontsize=7, va="bottom")
         drawn[ax] = ([v for sx, _ in series.values() for v in sx], [v for _, sy in series.values() for v in sy])
         ax.set_ylabel("z = paired gain / SE")
         ax.set_title("held-out gain over the untrained model: training reward vs held-out scorers", fontsize=9)
 
+    epochs = [x for xs, _ in drawn.values() for x in xs]
     for ax in axes:
-        _limits(ax, *drawn.get(ax, ([], [])))
+        _limits(ax, epochs, drawn.get(ax, ([], []))[1])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.04, 1.0))
         ax.set_xlabel("epoch")
@@ -258,7 +264,7 @@ def plot_metrics(
     path = Path(path)
     try:
         with replacing(path) as tmp:
-            fig.savefig(tmp, dpi=90)
+            fig.savefig(tmp, dpi=90, bbox_inches="tight")  # the legends right of the panels included
     finally:
         plt.close(fig)
     return path

@@ -119,14 +119,22 @@ def load_verdicts(run_dir) -> dict:
     return json.loads(path.read_text()).get("verdicts", {}) if path.is_file() else {}
 
 
-def verdict_lines(before: dict, after: dict, n: int) -> list[list[str]]:
-    """Per image, one line per scorer seen before and after: "<scorer> <metric>: <before> → <after>"."""
+def verdict_lines(before: dict, after: dict, n: int) -> list[list[tuple[str, str]]]:
+    """Per image, one (text, colour) line per scorer seen before and after: "<before> -> <after> <scorer> <metric>"
+    (the verdict first, so a wrapped scorer name never hides it; ASCII, which every font draws), green when the
+    score rose, red when it fell, blue when it held."""
 
     def fmt(v) -> str:
-        return "—" if v is None else f"{v:.3g}"
+        return "n/a" if v is None else f"{v:.3g}"
+
+    def colour(b, a) -> str:
+        return "#1f5fa8" if a is None or b is None or a == b else "#18803a" if a > b else "#b8312f"
 
     keys = [k for k in after if k in before]
-    return [[f"{k}: {fmt(before[k][j])} → {fmt(after[k][j])}" for k in keys] for j in range(n)]
+    return [
+        [(f"{fmt(before[k][j])} -> {fmt(after[k][j])} {k}", colour(before[k][j], after[k][j])) for k in keys]
+        for j in range(n)
+    ]
 
 
 def pick_rows(rows: Sequence[dict], n: int, group_by: str = "") -> list[dict]:

@@ -40,7 +40,7 @@ def test_epoch_ticks_are_integers_and_a_lone_point_is_visible(figure):
         low, high = ax.get_xlim()
         ticks = [t for t in ax.get_xticks() if low <= t <= high]
         assert ticks and all(float(t).is_integer() for t in ticks), ticks
-        assert high - low >= 2  # not 0.96 .. 1.04 around one epoch
+        assert (low, high) == (-0.5, 1.5)  # the same epochs in every panel, not 0.96 .. 1.04 around one
     (evaluation,) = _axes_with(fig, "eval/score")
     (line,) = evaluation.get_lines()
     assert line.get_marker() not in (None, "", "None") and list(line.get_xdata()) == [1]
@@ -50,15 +50,29 @@ def test_epoch_ticks_are_integers_and_a_lone_point_is_visible(figure):
     assert group.get_marker() not in (None, "", "None")  # a one-point dashed series would be invisible
 
 
+def test_a_one_epoch_run_has_one_integer_tick(figure):
+    fig = figure([{"epoch": 0, "reward/mean": 0.5}])
+    low, high = fig.axes[0].get_xlim()
+    assert [t for t in fig.axes[0].get_xticks() if low <= t <= high] == [0.0]
+    assert fig.axes[0].get_ylim() == pytest.approx((0.45, 0.55))  # a flat series: ±10 % of its value
+
+
 def test_a_small_scale_curve_gets_its_own_panel_and_duplicates_are_marked(figure):
     rows = [
-        {"epoch": e, "reward/mean": 0.1 * e, "eval/strict": 0.2 * e, "eval/partial": 0.2 * e, "eval.red/score": 0.01}
+        {
+            "epoch": e,
+            "reward/mean": 0.1 * e,
+            "eval/strict": 0.2 * e,
+            "eval/partial": 0.2 * e + 1e-9,
+            "eval.red/score": 0.01,
+        }
         for e in range(3)
     ]
     fig = figure(rows, headline=["eval/strict", "eval/partial", "eval.red/score"])
     (big,) = _axes_with(fig, "eval/strict")
     (small,) = _axes_with(fig, "eval.red/score")
     assert big is not small and small.get_ylim()[1] < 0.1  # 0.01 is not drawn on a 0..1 axis
+    # eval/partial equals eval/strict to float32's precision (a float32 training reward beside its scorer)
     labels = [line.get_label() for line in big.get_lines()]
     assert "eval/partial (same as eval/strict)" in labels
     twin = next(line for line in big.get_lines() if "same as" in line.get_label())
@@ -120,7 +134,7 @@ def test_before_after_has_every_group_and_the_scorers_verdicts(tmp_path):
         captions = json.loads(im.text["captions"])
         notes = json.loads(im.text["notes"])
     assert [c.rsplit("[", 1)[1] for c in captions] == ["a]", "b]", "c]", "d]"]
-    assert notes == [["judge strict: 0 → 1"]] * 4
+    assert notes == [["0 -> 1 judge strict"]] * 4
 
 
 def test_sample_sheets_are_enlarged_to_a_readable_tile(tmp_path):
