@@ -145,7 +145,8 @@ class HeldOut:
         return self.warning is not None
 
     def report(self) -> str:
-        """The paired before → after tables of every scorer (empty before any comparison)."""
+        """The paired before → after tables of every scorer (empty before any comparison): pass rates in points
+        (×100), other scores in their own units (``paired.format_paired``)."""
         return "\n".join(
             format_paired(t, f"{name} {metric}") for name, by_m in self.tables.items() for metric, t in by_m.items()
         )

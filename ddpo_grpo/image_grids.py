@@ -2,7 +2,8 @@
 
 * :func:`make_grid_uint8`: uint8 ``(B, H, W, 3)`` tiles → one ``(H', W', 3)`` picture;
 * :func:`save_grid`: float ``(N, 3, H, W)`` images in ``[0, 1]`` → one PNG, written atomically, with the captions
-  as a JSON list in its "captions" text chunk.
+  as a JSON list in its "captions" text chunk; small images are enlarged by an integer factor (nearest neighbour,
+  so pixels stay sharp) until a tile's longer side is at least :data:`MIN_TILE` pixels.
 """
 
 from __future__ import annotations
@@ -16,6 +17,16 @@ import numpy as np
 
 from foundation.atomic_io import atomic_write
 from foundation.images import to_uint8
+
+#: smallest longer side, in pixels, of a tile in a saved grid (smaller images are enlarged to it)
+MIN_TILE = 128
+
+
+def enlarge(images: np.ndarray, min_side: int = MIN_TILE) -> np.ndarray:
+    """uint8 ``(B, H, W, C)`` images repeated ``k = ⌈min_side / max(H, W)⌉`` times along H and W (nearest
+    neighbour; k = 1, unchanged, for images already that large)."""
+    k = max(1, math.ceil(min_side / max(images.shape[1], images.shape[2])))
+    return images if k == 1 else images.repeat(k, axis=1).repeat(k, axis=2)
 
 
 def make_grid_uint8(images: np.ndarray, nrow: int | None = None, padding: int = 2) -> np.ndarray:
@@ -37,8 +48,9 @@ def make_grid_uint8(images: np.ndarray, nrow: int | None = None, padding: int = 
 
 def save_grid(images: Any, captions: list[str], path: str, nrow: int | None = None) -> None:
     """Tile float ``(N, 3, H, W)`` images in [0, 1] into one PNG at ``path``, written atomically
-    (fsynced temporary file + ``os.replace``); ``nrow`` images per row (default ⌈√N⌉). The captions (one
-    per image, in order) go into the PNG's "captions" text chunk as a JSON list."""
+    (fsynced temporary file + ``os.replace``); ``nrow`` images per row (default ⌈√N⌉), each enlarged to at least
+    :data:`MIN_TILE` pixels (``enlarge``). The captions (one per image, in order) go into the PNG's "captions" text
+    chunk as a JSON list."""
     from PIL import Image
     from PIL.PngImagePlugin import PngInfo
 
@@ -50,5 +62,5 @@ def save_grid(images: Any, captions: list[str], path: str, nrow: int | None = No
     info = PngInfo()
     info.add_text("captions", json.dumps(list(captions)))
     buf = io.BytesIO()
-    Image.fromarray(make_grid_uint8(arr, nrow=nrow)).save(buf, format="PNG", pnginfo=info)
+    Image.fromarray(make_grid_uint8(enlarge(arr), nrow=nrow)).save(buf, format="PNG", pnginfo=info)
     atomic_write(path, buf.getvalue())

@@ -41,8 +41,9 @@ MEAN = "mean over groups"
 @dataclass(frozen=True)
 class Paired:
     """A paired comparison (module docstring): ``n`` pairs, the two means over them, the mean difference
-    ``diff = after − before`` with its standard error ``se`` and interval ``[low, high]``, and the number of
-    pairs that went ``up`` (after > before) and ``down``."""
+    ``diff = after − before`` with its standard error ``se`` and interval ``[low, high]``, the number of
+    pairs that went ``up`` (after > before) and ``down``, and ``fraction``: whether every value was 0 or 1 (or −1,
+    a difference of two such), so that the means are fractions (pass rates), shown ×100 as percentage points."""
 
     n: int
     before: float
@@ -53,6 +54,7 @@ class Paired:
     high: float
     up: int
     down: int
+    fraction: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,7 +80,7 @@ def paired(before: Sequence[float], after: Sequence[float], z: float = Z95) -> P
     n = len(a)
     if n == 0:
         nan = math.nan
-        return Paired(0, nan, nan, nan, nan, nan, nan, 0, 0)
+        return Paired(0, nan, nan, nan, nan, nan, nan, 0, 0, False)
     d = a - b
     diff = float(d.mean())
     se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
@@ -92,6 +94,7 @@ def paired(before: Sequence[float], after: Sequence[float], z: float = Z95) -> P
         high=diff + z * se,
         up=int((d > 0).sum()),
         down=int((d < 0).sum()),
+        fraction=bool(np.isin(np.concatenate([a, b]), (-1.0, 0.0, 1.0)).all()),
     )
 
 
@@ -113,6 +116,7 @@ def mean_over_groups(parts: Sequence[Paired], z: float = Z95) -> Paired:
         high=diff + z * se,
         up=sum(p.up for p in parts),
         down=sum(p.down for p in parts),
+        fraction=all(p.fraction for p in parts),
     )
 
 
@@ -140,18 +144,33 @@ def paired_tables(before: dict, after: dict, groups: Sequence[Hashable], z: floa
     return {m: paired_by_group(before[m], after[m], groups, z) for m in after if m in before}
 
 
-def format_paired(table: dict, name: str = "", scale: float = 100.0, unit: str = "points") -> str:
-    """A printable table of :func:`paired_by_group`'s result (differences × ``scale``, e.g. points)."""
-    head = f"paired difference{f' ({name})' if name else ''}, after − before, in {unit}:"
+def format_paired(
+    table: dict, name: str = "", scale: float | None = None, unit: str | None = None, labels=("before", "after")
+) -> str:
+    """A printable table of :func:`paired_by_group`'s result. Differences are shown ×``scale`` in ``unit``; by
+    default ×100 in percentage points when every group's values are fractions (0/1 pass rates, ``Paired.fraction``)
+    and in the values' own units otherwise (a redness, a distance in metres). ``labels``: the names of the two
+    columns compared, (before, after) of the pairs; the difference is the second minus the first."""
+    points = all(p.fraction for p in table.values() if p.n > 0)
+    scale = scale if scale is not None else (100.0 if points else 1.0)
+    unit = unit or ("points" if scale == 100.0 else "the values' own units")
+    first, second = (str(x) for x in labels)
+    wa, wb = max(7, len(first)), max(7, len(second))
+
+    def num(v: float) -> str:
+        return f"{scale * v:+7.1f}" if scale == 100.0 else f"{scale * v:+7.3g}"
+
+    head = f"paired difference{f' ({name})' if name else ''}, {second} − {first}, in {unit}:"
     lines = [
         head,
-        f"  {'group':<18} {'n':>5} {'before':>7} {'after':>7} {'diff':>7} {'SE':>6}  {'95% interval':<17} up/down",
+        f"  {'group':<18} {'n':>5} {first:>{wa}} {second:>{wb}} {'diff':>7} {'SE':>7}  {'95% interval':<17} up/down",
     ]
     for label, p in table.items():
         shown = "all" if label == "" else str(label)
+        se = f"{scale * p.se:7.1f}" if scale == 100.0 else f"{scale * p.se:7.3g}"
         lines.append(
-            f"  {shown:<18} {p.n:>5} {p.before:7.3f} {p.after:7.3f} {scale * p.diff:+7.1f} {scale * p.se:6.1f}  "
-            f"[{scale * p.low:+6.1f}, {scale * p.high:+6.1f}]  {p.up}/{p.down}"
+            f"  {shown:<18} {p.n:>5} {p.before:{wa}.3f} {p.after:{wb}.3f} {num(p.diff)} {se}  "
+            f"[{num(p.low)}, {num(p.high)}]  {p.up}/{p.down}"
         )
     return "\n".join(lines)
 

@@ -5,7 +5,9 @@ sampler), never the trainer, and writes into ``<run>/report/``:
     before.safetensors, before.json   deterministic samples of fixed prompts and seeds (as images), and the
                                       evaluation metrics, taken before the first update (kept for resumed runs)
     before_after.png                  those prompts before (top row) and after training (bottom row), captioned with
-                                      their prompts and groups (e.g. the ShapesWorld task)
+                                      their prompts and groups (e.g. the ShapesWorld task) and, under each, every
+                                      held-out scorer's verdict before → after (its first metric); the prompts
+                                      cover every group in turn (``pick_rows``)
     metrics.png                       the training reward (mean in its ±std band, per group), the paired probe and the
                                       held-out evaluation against epoch (``figures.plot_metrics``)
 and prints the evaluation table, before → after, per group (``eval_table``). The sample grids of
@@ -43,29 +45,39 @@ class RunReport:
     deterministic samples of ``rows`` (ddpo_grpo.evaluation.evaluate with the run's settings bound).
     """
 
-    def __init__(self, run_dir, rows: Sequence[dict], preview: Callable, group_by: str = ""):
+    def __init__(self, run_dir, rows: Sequence[dict], preview: Callable, group_by: str = "", scorers=None):
         self.run_dir, self.rows, self.preview, self.group_by = Path(run_dir), list(rows), preview, group_by
+        self.scorers = dict(scorers or {})  # the held-out scorers (name -> reward fn) whose verdicts caption the grid
 
     def has_before(self) -> bool:
         """Whether ``finish`` will draw the after-training samples (it does when ``before`` saved the untrained ones)."""
         return (self.run_dir / "report" / "before.safetensors").is_file()
 
-    def _images(self, sample: Callable):
-        """The fixed prompts' previews and captions: the prompt, and its group (e.g. "[position]") when rows carry one."""
-        _, samples, captions = sample(self.rows)
+    def _images(self, sample: Callable, verdicts: bool = False):
+        """The fixed prompts' previews and captions: the prompt, and its group (e.g. "[position]") when rows carry one;
+        with ``verdicts`` also ``{"<scorer> <metric>": per-image values}`` of every held-out scorer's first metric."""
+        from ddpo_grpo.evaluation import Scorers
+
+        scorers = Scorers(self.scorers, self.group_by) if verdicts and self.scorers else None
+        _, samples, captions = sample(self.rows, scorers) if scorers is not None else sample(self.rows)
         if self.group_by:
             captions = [f"{c} [{r[self.group_by]}]" if r.get(self.group_by) else c for c, r in zip(captions, self.rows)]
-        return self.preview(samples), captions
+        found = {}
+        for name in scorers.scored if scorers is not None else ():
+            metric, values = next(iter(scorers.values(name).items()), (None, None))
+            if metric is not None:
+                found[f"{name} {metric}"] = [None if math.isnan(v) else v for v in values]
+        return (self.preview(samples), captions, found) if verdicts else (self.preview(samples), captions)
 
     def before(self, sample: Callable, eval_metrics: dict) -> None:
         """Keep the untrained model's samples and evaluation metrics (atomic writes)."""
         from safetensors.torch import save_file
 
-        images, captions = self._images(sample)
+        images, captions, verdicts = self._images(sample, verdicts=True)
         out = report_dir(self.run_dir)
         with replacing(out / "before.safetensors") as tmp:
             save_file({"images": images.contiguous().float().cpu()}, str(tmp))
-        info = {"captions": list(captions), "metrics": _jsonable(eval_metrics)}
+        info = {"captions": list(captions), "metrics": _jsonable(eval_metrics), "verdicts": verdicts}
         atomic_write_text(out / "before.json", json.dumps(info, indent=2))
 
     def log_grid(self, sample: Callable, logger, *, epoch: int, global_step: int) -> None:
@@ -79,8 +91,9 @@ class RunReport:
         before_metrics = None
         if before is not None:
             images, captions, before_metrics = before
-            after, _ = self._images(sample)
-            print(f"before/after samples: {save_before_after(self.run_dir, images, after, captions)}")
+            after, _, after_verdicts = self._images(sample, verdicts=True)
+            notes = verdict_lines(load_verdicts(self.run_dir), after_verdicts, len(captions))
+            print(f"before/after samples: {save_before_after(self.run_dir, images, after, captions, notes)}")
         plot = plot_metrics(self.run_dir, before_metrics, self.group_by)
         if plot is not None:
             print(f"reward and evaluation plot: {plot}")
@@ -100,12 +113,57 @@ def load_before(run_dir):
     return load_file(str(out / "before.safetensors"))["images"], info["captions"], info["metrics"]
 
 
-def save_before_after(run_dir, before, after, captions) -> Path:
-    """before_after.png: the N samples before training (top row) and after (bottom row), each column captioned."""
+def load_verdicts(run_dir) -> dict:
+    """The untrained model's verdicts saved by ``RunReport.before`` ({} for runs that saved none)."""
+    path = Path(run_dir) / "report" / "before.json"
+    return json.loads(path.read_text()).get("verdicts", {}) if path.is_file() else {}
+
+
+def verdict_lines(before: dict, after: dict, n: int) -> list[list[tuple[str, str]]]:
+    """Per image, one (text, colour) line per scorer seen before and after: "<before> -> <after> <scorer> <metric>"
+    (the verdict first, so a wrapped scorer name never hides it; ASCII, which every font draws), green when the
+    score rose, red when it fell, blue when it held."""
+
+    def fmt(v) -> str:
+        return "n/a" if v is None else f"{v:.3g}"
+
+    def colour(b, a) -> str:
+        return "#1f5fa8" if a is None or b is None or a == b else "#18803a" if a > b else "#b8312f"
+
+    keys = [k for k in after if k in before]
+    return [
+        [(f"{fmt(before[k][j])} -> {fmt(after[k][j])} {k}", colour(before[k][j], after[k][j])) for k in keys]
+        for j in range(n)
+    ]
+
+
+def pick_rows(rows: Sequence[dict], n: int, group_by: str = "") -> list[dict]:
+    """``n`` rows for the report's pictures: with ``group_by`` and rows that carry it, each group's first row in
+    turn (groups in order of first appearance), then each one's second, …, so every group shows; otherwise the
+    first ``n`` rows (cycled when there are fewer)."""
+    rows = list(rows)
+    if not rows or n <= 0:
+        return []
+    by_group: dict = {}
+    for r in rows:
+        by_group.setdefault(r.get(group_by) if group_by else None, []).append(r)
+    if len(by_group) < 2:
+        return [rows[i % len(rows)] for i in range(n)]
+    queues = list(by_group.values())
+    picked, depth = [], 0
+    while len(picked) < n:
+        picked += [q[depth % len(q)] for q in queues if depth < len(q) or depth >= max(map(len, queues))]
+        depth += 1
+    return picked[:n]
+
+
+def save_before_after(run_dir, before, after, captions, notes=None) -> Path:
+    """before_after.png: the N samples before training (top row) and after (bottom row), each column captioned
+    with its prompt and, under it, ``notes[j]`` (the held-out scorers' verdicts, ``verdict_lines``)."""
     from ddpo_grpo.figures import captioned_grid
 
     rows = [before.float().cpu(), after.float().cpu()]
-    return captioned_grid(rows, ["before", "after"], captions, report_dir(run_dir) / "before_after.png")
+    return captioned_grid(rows, ["before", "after"], captions, report_dir(run_dir) / "before_after.png", notes=notes)
 
 
 def metric_names(metrics: dict, prefix: str = "eval") -> list[str]:

@@ -5,7 +5,7 @@ samples; and their JSON form. The statistics are ``ddpo_grpo/paired.py``'s."""
 from __future__ import annotations
 
 from ddpo_grpo.evaluation import Scorers
-from ddpo_grpo.paired import MEAN, paired_tables
+from ddpo_grpo.paired import MEAN, format_paired, paired_tables
 
 
 def model_against_base(base: Scorers, model: Scorers) -> dict:
@@ -28,6 +28,14 @@ def between_scorers(scorers: Scorers, names: list[str], base: Scorers | None = N
             b = {m: [x - y for x, y in zip(b[m], b0[m])] for m in b if m in b0}
         out[other] = paired_tables(b, a, groups)
     return out
+
+
+def format_between(table: dict, metric: str, first: str, other: str, gains: bool = False) -> str:
+    """A printable :func:`between_scorers` table: its columns named by the two scorers (``other``, ``first``) and
+    the difference ``first − other`` on the same images (with ``gains``: of their per-image gains over the base),
+    never "before" / "after", which would read as two models."""
+    what = f"{metric}, {first} − {other} on the same images" + (": their gains over the base" if gains else "")
+    return format_paired(table, what, labels=(other, first))
 
 
 def paired_json(tables: dict, group_by: str) -> dict:

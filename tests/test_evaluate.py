@@ -235,7 +235,7 @@ def test_save_grid(tmp_path):
     path = tmp_path / "sub" / "grid.png"
     save_grid(images, [f"p{i}" for i in range(5)], str(path), nrow=2)
     with Image.open(path) as im:
-        assert im.size == (2 * 10 + 2, 3 * 10 + 2) and im.mode == "RGB"  # 2 per row, 3 rows, 2-px padding
+        assert im.size == (2 * 130 + 2, 3 * 130 + 2) and im.mode == "RGB"  # 2 per row, 3 rows, 8-px images x16
         assert json.loads(im.text["captions"]) == [f"p{i}" for i in range(5)]
     assert [p.name for p in path.parent.iterdir()] == ["grid.png"]  # no temporary file left
     with pytest.raises(ValueError, match="captions"):
@@ -275,7 +275,7 @@ def test_script_writes_eval_json_and_grid_deterministically(tiny_dirs, mixed_pro
     assert first["args"]["limit"] == 8 and first["args"]["num_steps"] == 3 and first["resolution"] == 32
 
     with Image.open(tmp_path / "a" / "grid.png") as im:
-        assert im.size == (8 * 34 + 2, 34 + 2)  # 8 tiles of 32 px in one row, 2-px padding
+        assert im.size == (8 * 130 + 2, 130 + 2)  # 8 tiles of 32 px enlarged 4x, one row, 2-px padding
         assert json.loads(im.text["captions"]) == [r["prompt"] for r in _rows_per_task(2)]
     table = capsys.readouterr().out
     assert "task" in table and "strict" in table and all(task in table for task in TASKS)

@@ -88,12 +88,13 @@ def test_image_grid(tmp_path):
     lg.close()
     assert path == str(tmp_path / "samples" / "epoch_00007.png")
     im = Image.open(path)
-    assert im.size == (3 * (12 + 2) + 2, 2 * (16 + 2) + 2)
+    assert im.size == (3 * (96 + 2) + 2, 2 * (128 + 2) + 2)  # 16 x 12 images enlarged 8x: tiles >= 128 px
     assert json.loads(im.text["captions"]) == [f"p{i}" for i in range(5)]
     assert not [p for p in os.listdir(tmp_path / "samples") if ".tmp" in p]
     grid = np.asarray(im)
     first = np.round(imgs[0].numpy().transpose(1, 2, 0) * 255).astype(np.uint8)
-    np.testing.assert_array_equal(grid[2:18, 2:14], first)
+    np.testing.assert_array_equal(grid[2:130:8, 2:98:8], first)  # nearest neighbour: every 8th pixel is a source one
+    np.testing.assert_array_equal(grid[2:130, 2:98], first.repeat(8, 0).repeat(8, 1))
 
 
 def test_grid_default_nrow():

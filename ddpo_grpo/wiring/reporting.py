@@ -15,7 +15,7 @@ def build_hooks(
     from ddpo_grpo.hooks import RunHooks
     from ddpo_grpo.probe import PairedProbe
     from ddpo_grpo.prompts import split_rows
-    from ddpo_grpo.report import RunReport
+    from ddpo_grpo.report import RunReport, pick_rows
 
     def training(samples, prompts, metadata):  # the training reward as a reward fn of the contract
         return reward.combine(reward(samples, prompts, metadata)[0]), {}
@@ -30,9 +30,10 @@ def build_hooks(
     report_rows = evaluator.rows if evaluator is not None else rows
     report = RunReport(
         run_dir,
-        [report_rows[i % len(report_rows)] for i in range(config.logging.num_images)],
+        pick_rows(report_rows, config.logging.num_images, config.eval.group_by),
         policy.preview,
         group_by=config.eval.group_by,
+        scorers=scorers,
     )
     return RunHooks(
         config,
