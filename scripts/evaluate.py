@@ -83,7 +83,7 @@ from ddpo_grpo.sampling_cli import (
     run_command,
     sample_and_score,
 )
-from ddpo_grpo.scorer_pairs import between_scorers, model_against_base, paired_json, without_metrics
+from ddpo_grpo.scorer_pairs import between_scorers, format_between, model_against_base, paired_json, without_metrics
 from foundation.atomic_io import atomic_write_text
 
 #: samples in grid.png, at most
@@ -342,10 +342,10 @@ def _print_report(ev: Evaluation, result: dict) -> None:
                 print(format_paired(paired_table, f"{name} {metric}"))
     for other, by_metric in ev.between.items():
         for metric, paired_table in by_metric.items():
-            print(format_paired(paired_table, f"{metric}: after = {first}, before = {other}, on the model's images"))
+            print(format_between(paired_table, metric, first, other))
             if ev.between_gains:
                 gains = ev.between_gains[other][metric]
-                print(format_paired(gains, f"{metric} gain over the base: after = {first}'s, before = {other}'s"))
+                print(format_between(gains, metric, first, other, gains=True))
     title = f"{args.compare + ' → ' if compare else ''}{args.model}"
     if ev.set_metrics or ev.table is not None:
         print(ev.extras.report(ev.set_metrics, ev.table, title))
