@@ -1,7 +1,7 @@
 """Sampling a model from the command line, as ``scripts/sample.py`` and ``scripts/evaluate.py`` both do.
 
 One place for what the two share: the sampling flags and where their values come from (:func:`resolve_settings`: a
-flag; else the run's own settings, ``ddpo_grpo.cli.run_sampling_settings``; else the settings the model recommends in
+flag; else the run's own settings, ``ddpo_grpo.run_sampling.run_sampling_settings``; else the settings the model recommends in
 its pipeline directory's :data:`MODEL_SAMPLING_FILE`; else :data:`DEFAULT_SAMPLING`), their range checks and
 --out's, the policy built from a loaded pipeline with a refused setting reported as the flag that set it,
 deterministic samples scored by rewards (evaluate.py's, for the model and for --compare's base), the torch device,
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpo_grpo.cli import SAMPLING_KEYS, UsageError, check_rows_for, native_resolution, run_sampling_settings
+from ddpo_grpo.cli import UsageError, check_rows_for, native_resolution
+from ddpo_grpo.run_sampling import SAMPLING_KEYS, run_sampling_settings
 
 #: sampling settings when no flag, run or model (MODEL_SAMPLING_FILE) gives them (resolution None = native)
 DEFAULT_SAMPLING = {
@@ -33,7 +34,7 @@ DEFAULT_SAMPLING = {
     "num_frames": 0,
     "guidance_scale_2": None,
 }
-#: a pipeline directory's recommended sampling settings: a JSON object of some of ``ddpo_grpo.cli.SAMPLING_KEYS``
+#: a pipeline directory's recommended sampling settings: a JSON object of some of ``ddpo_grpo.run_sampling.SAMPLING_KEYS``
 #: (e.g. ``{"kernel": "ddim", "num_steps": 20, "guidance_scale": 2.5}``), the settings its world evaluates with;
 #: used for a setting no flag and no run gives (a LoRA run's base model's file too). Every shipped model has one.
 MODEL_SAMPLING_FILE = "sampling.json"

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ddpo_grpo.cli import SAMPLING_KEYS, UsageError, run_sampling_settings
+from ddpo_grpo.cli import UsageError
+from ddpo_grpo.run_sampling import SAMPLING_KEYS, run_sampling_settings
 from ddpo_grpo.sampling_cli import resolve_settings
 from tests.conftest import load_script
 

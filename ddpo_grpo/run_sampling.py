@@ -1,0 +1,95 @@
+"""A run's own sampling settings: what a training run's output is sampled and evaluated with, read back from its
+``final/ddpo_grpo_final.json`` (or, before that is written, its newest checkpoint's config), so ``scripts/sample.py``
+and ``scripts/evaluate.py`` sample a run as it evaluated itself (``ddpo_grpo/sampling_cli.py`` layers flags, these,
+the model's recommended settings and the defaults)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ddpo_grpo.cli import UsageError
+
+#: the sampling settings a run's output is sampled and evaluated with (the keys of final/ddpo_grpo_final.json's
+#: "sampling"); "num_steps" is the run's sample.eval_num_steps, the steps of its deterministic evaluation
+SAMPLING_KEYS = (
+    "num_steps",
+    "guidance_scale",
+    "max_sequence_length",
+    "resolution",
+    "kernel",
+    "negative_prompt",
+    "image_guidance_scale",
+    "num_frames",
+    "guidance_scale_2",
+)
+
+
+def _run_dirs(model: str) -> tuple[Path, Path] | None:
+    """``(run dir, final dir)`` when ``model`` is a training run's output (the run directory or its final/)."""
+    from ddpo_grpo.policies import FINAL_MANIFEST
+
+    path = Path(os.path.expanduser(model))
+    if (path / "final" / FINAL_MANIFEST).is_file():
+        return path, path / "final"
+    if (path / FINAL_MANIFEST).is_file():
+        return path.parent, path
+    return None
+
+
+def _from_config(config: dict) -> dict:
+    """The SAMPLING_KEYS of a run's config (as stored in a checkpoint's state.json)."""
+    sample = config.get("sample", {}) if isinstance(config, dict) else {}
+    pick = {
+        "num_steps": sample.get("eval_num_steps"),
+        "guidance_scale": sample.get("guidance_scale"),
+        "max_sequence_length": sample.get("max_sequence_length"),
+        "resolution": sample.get("resolution"),
+        "kernel": sample.get("kernel"),
+        "negative_prompt": sample.get("negative_prompt"),
+        "image_guidance_scale": sample.get("image_guidance_scale"),
+        "num_frames": sample.get("num_frames"),
+        "guidance_scale_2": sample.get("guidance_scale_2"),
+    }
+    return {k: v for k, v in pick.items() if v is not None}
+
+
+def run_sampling_settings(model: str) -> tuple[dict, str]:
+    """The sampling settings a run used, and where they were read, for ``model`` (a run directory or its final/).
+
+    Looked up in order: ``final/ddpo_grpo_final.json``'s ``"sampling"`` object; the ``"config"`` of the run's
+    newest complete checkpoint (``<run>/checkpoints/epoch_*/state.json``: ``sample.eval_num_steps`` as
+    ``num_steps``, ``sample.guidance_scale``, …); ``({}, "")`` when ``model`` is not a run's output or neither
+    holds them (the scripts' own defaults apply). Only SAMPLING_KEYS are returned; a manifest or state file that
+    is not valid JSON is a UsageError naming it.
+    """
+    import json
+
+    from ddpo_grpo.checkpoint import STATE_FILE, list_checkpoints
+    from ddpo_grpo.policies import FINAL_MANIFEST
+
+    dirs = _run_dirs(model)
+    if dirs is None:
+        return {}, ""
+    run, final = dirs
+
+    def read(path: Path) -> dict:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"--model {model!r}: cannot read {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise UsageError(f"--model {model!r}: {path} holds {type(data).__name__}, expected a JSON object")
+        return data
+
+    manifest = final / FINAL_MANIFEST
+    sampling = read(manifest).get("sampling")
+    if isinstance(sampling, dict) and sampling:
+        return {k: sampling[k] for k in SAMPLING_KEYS if sampling.get(k) is not None}, str(manifest)
+    checkpoints = list_checkpoints(run)
+    if checkpoints:
+        state = checkpoints[-1] / STATE_FILE
+        found = _from_config(read(state).get("config", {}))
+        if found:
+            return found, str(state)
+    return {}, ""
