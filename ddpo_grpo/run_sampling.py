@@ -25,7 +25,7 @@ SAMPLING_KEYS = (
 )
 
 
-def _run_dirs(model: str) -> tuple[Path, Path] | None:
+def run_dirs(model: str) -> tuple[Path, Path] | None:
     """``(run dir, final dir)`` when ``model`` is a training run's output (the run directory or its final/)."""
     from ddpo_grpo.policies import FINAL_MANIFEST
 
@@ -68,7 +68,7 @@ def run_sampling_settings(model: str) -> tuple[dict, str]:
     from ddpo_grpo.checkpoint import STATE_FILE, list_checkpoints
     from ddpo_grpo.policies import FINAL_MANIFEST
 
-    dirs = _run_dirs(model)
+    dirs = run_dirs(model)
     if dirs is None:
         return {}, ""
     run, final = dirs

@@ -25,7 +25,8 @@ Usage:
               same gain differ by no more than that comparison's interval
   --group_by  the per-sample label of the per-group table: the reward's info[label] or the rows' field
               (default: the world's, task); "" = no groups
-  --out       output directory (default: <DIR>/eval when --model is a local directory, else ./eval):
+  --out       output directory (default: <run>/eval for a training run, else ./eval/<model name>; never inside
+              a pipeline directory):
                 eval.json  {"metrics": {...}, "model": ..., "args": {...}, ...}
                 grid.png   the first <= 64 samples, in prompt order (prompts in the PNG's "captions" chunk)
   --limit N   evaluate only the first N prompt rows (quick checks; every one of them once unless --per_group)
@@ -72,6 +73,7 @@ from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows
 from ddpo_grpo.evaluation_extras import EvaluationExtras, extras_for
 from ddpo_grpo.report import eval_table, groups_of
 from ddpo_grpo.reward_flags import load_rewards, reward_names
+from ddpo_grpo.run_sampling import run_dirs
 from ddpo_grpo.sample_kinds import kind_of_pipeline
 from ddpo_grpo.sampling_cli import (
     Sampled,
@@ -124,7 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--group_by", default=None, help='per-sample label of the per-group table ("" = none; default: the world\'s)'
     )
     p.add_argument(
-        "--out", default=None, help="output directory (default: <model>/eval for a local directory, else ./eval)"
+        "--out",
+        default=None,
+        help="output directory (default: <run>/eval for a training run, else ./eval/<model name>)",
     )
     add_sampling_flags(p, batch_size=16)
     p.add_argument("--per_prompt", type=int, default=1, help="samples per prompt")
@@ -146,9 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_out(model: str) -> Path:
-    """``<model>/eval`` when ``model`` is a local directory (a pipeline or a run), else ``./eval``."""
-    path = Path(os.path.expanduser(model))
-    return path / "eval" if path.is_dir() else Path("eval")
+    """``<run>/eval`` beside a training run (``model`` its directory or its final/); else ``./eval/<name>`` in the
+    working directory, ``<name>`` the model's last path part: never inside a pipeline directory (a shipped model
+    in the repository, a shared cache)."""
+    dirs = run_dirs(model)
+    if dirs is not None:
+        return dirs[0] / "eval"
+    return Path("eval") / (Path(os.path.expanduser(model)).name or "model")
 
 
 def _check_args(args) -> None:

@@ -20,6 +20,7 @@ from PIL import Image
 from ddpo_grpo import rollout as rollout_lib
 from ddpo_grpo.evaluation import eval_items, evaluate, image_seed, score
 from ddpo_grpo.image_grids import save_grid
+from ddpo_grpo.policies import FINAL_MANIFEST
 from ddpo_grpo.prompts import load_prompts
 from reward_models import load_reward
 from tests.conftest import load_script
@@ -296,8 +297,12 @@ def test_script_default_prompts_limit_and_sd(tiny_dirs, tmp_path):
 
 
 def test_default_out_and_clear_errors(tiny_dirs, tmp_path, capsys):
-    assert evaluate_script.default_out(str(tmp_path)) == tmp_path / "eval"
-    assert evaluate_script.default_out("org/some-model") == Path("eval")
+    assert evaluate_script.default_out(str(tmp_path)) == Path("eval") / tmp_path.name  # a pipeline: not inside it
+    assert evaluate_script.default_out("org/some-model") == Path("eval") / "some-model"
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / FINAL_MANIFEST).write_text("{}")
+    assert evaluate_script.default_out(str(run)) == evaluate_script.default_out(str(run / "final")) == run / "eval"
 
     with pytest.raises(SystemExit) as exc:
         evaluate_script.main(["--model", tiny_dirs["sd"], "--limit", "0", "--out", str(tmp_path / "o")])
