@@ -302,23 +302,24 @@ def _evaluation(p: list[str], config) -> None:
         )
 
 
-#: deprecated field -> (its replacement, what the replacement means for the old values)
+#: deprecated field -> (its replacement, what the old field still does this release)
 DEPRECATED = {
-    "sample.sde_type": ("sample.kernel", "the same names: flow_grpo | dance | cps"),
-    "sample.eta": ("sample.noise_level", "the same value for the ddim / ddpm kernels"),
+    "sample.sde_type": ("sample.kernel", "still read this release, the same names: flow_grpo | dance | cps"),
+    "sample.eta": (
+        "sample.noise_level",
+        "read this release as the noise level of the ddim / ddpm kernels only; flow-matching models ignore it",
+    ),
 }
 
 
 def deprecations(config) -> list[str]:
-    """One line per deprecated field the config sets (they still work for one release: docs/migration.md)."""
+    """One line per deprecated field the config sets, saying what it still does (docs/migration.md)."""
     lines = []
     for field, (new, meaning) in DEPRECATED.items():
         section, key = field.split(".")
         value = config[section].get(key)
         if value is not None:
-            lines.append(
-                f"deprecated: {field}={value!r} still works for this release; use {new} ({meaning}; docs/migration.md)"
-            )
+            lines.append(f"deprecated: {field}={value!r} is {meaning}; use {new} (docs/migration.md)")
     return lines
 
 

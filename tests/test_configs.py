@@ -298,3 +298,15 @@ def test_quickstart_is_the_shapes_recipe(monkeypatch):
     assert quickstart.get_config("grpo").to_dict() == shapes.get_config("sd3_quick").to_dict()
     with pytest.raises(ValueError, match="no experiment 'nope'"):
         importlib.import_module("config.quickstart").get_config("nope")
+
+
+def test_the_deprecated_eta_says_flow_models_ignore_it():
+    """sample.eta reaches only the DDIM / DDPM kernels; the line must not claim it works on SD3 (issue 33)."""
+    from config.base import get_config
+    from ddpo_grpo.config_checks import deprecations
+
+    config = get_config()
+    config.sample.eta = 1.0
+    (line,) = deprecations(config)
+    assert "sample.eta=1.0" in line and "flow-matching models ignore it" in line and "sample.noise_level" in line
+    assert "still works" not in line
