@@ -85,26 +85,19 @@ class EvaluationExtras:
 NONE = EvaluationExtras()
 
 
-def _load(name: str) -> EvaluationExtras:
-    extras = plugins.load("evaluation_extras", name)
-    if not isinstance(extras, EvaluationExtras):
-        raise ValueError(
-            f"evaluation_extras plug-in {name!r} is {extras!r}; it must be a "
-            "ddpo_grpo.evaluation_extras.EvaluationExtras"
-        )
-    return extras
-
-
 def extras_for(kind: str) -> EvaluationExtras:
     """The evaluation extras registered for sample kind ``kind``, else :data:`NONE`."""
-    return _load(kind) if kind in plugins.names("evaluation_extras") else NONE
+    if kind not in plugins.names("evaluation_extras"):
+        return NONE
+    what = "ddpo_grpo.evaluation_extras.EvaluationExtras"
+    return plugins.load_checked("evaluation_extras", kind, EvaluationExtras, what, named=False)
 
 
 def default_reward_kwargs(reward: str) -> dict | None:
     """The keyword arguments ``reward`` is evaluated with by default (the first registered extras, by kind name,
     that name it), or None when none does."""
     for kind in plugins.names("evaluation_extras"):
-        kwargs = _load(kind).reward_kwargs.get(reward)
+        kwargs = extras_for(kind).reward_kwargs.get(reward)
         if kwargs is not None:
             return dict(kwargs)
     return None

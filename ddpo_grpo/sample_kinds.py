@@ -50,16 +50,10 @@ class SampleKind:
 
 def plugin_kinds() -> list[SampleKind]:
     """The sample kinds installed packages offer, by name; a ValueError names an entry point of the wrong type."""
-    kinds = []
-    for name in plugins.names("sample_kinds"):
-        kind = plugins.load("sample_kinds", name)
-        if not isinstance(kind, SampleKind) or kind.name != name:
-            raise ValueError(
-                f"sample_kinds plug-in {name!r} is {kind!r}; it must be a ddpo_grpo.sample_kinds.SampleKind "
-                f"named {name!r}"
-            )
-        kinds.append(kind)
-    return kinds
+    return [
+        plugins.load_checked("sample_kinds", name, SampleKind, "ddpo_grpo.sample_kinds.SampleKind")
+        for name in plugins.names("sample_kinds")
+    ]
 
 
 def kind_of_samples(samples: Any) -> str:

@@ -77,6 +77,16 @@ def load(kind: str, name: str):
         raise RuntimeError(f"{kind} plug-in {name!r} ({ep.value}) could not be loaded: {exc}") from exc
 
 
+def load_checked(kind: str, name: str, cls: type, what: str, *, named: bool = True):
+    """:func:`load`, refused with a ValueError naming the entry point unless the object is a ``cls`` (``what``: the
+    class as the message names it) and, with ``named``, its ``name`` is the entry point's."""
+    obj = load(kind, name)
+    if not isinstance(obj, cls) or (named and obj.name != name):
+        wanted = f"{what} named {name!r}" if named else what
+        raise ValueError(f"{kind} plug-in {name!r} is {obj!r}; it must be a {wanted}")
+    return obj
+
+
 def import_user_file(path: str | os.PathLike, module_name: str | None = None) -> ModuleType:
     """Import a Python file as a module registered in ``sys.modules`` (once per file; later calls reuse it).
 

@@ -142,15 +142,10 @@ def plugin_specs() -> list[FamilySpec]:
     as its entry point), by name; a ValueError names an entry point of the wrong type."""
     from foundation import plugins
 
-    specs = []
-    for name in plugins.names("families"):
-        spec = plugins.load("families", name)
-        if not isinstance(spec, FamilySpec) or spec.name != name:
-            raise ValueError(
-                f"families plug-in {name!r} is {spec!r}; it must be a ddpo_grpo.policies.FamilySpec named {name!r}"
-            )
-        specs.append(spec)
-    return specs
+    return [
+        plugins.load_checked("families", name, FamilySpec, "ddpo_grpo.policies.FamilySpec")
+        for name in plugins.names("families")
+    ]
 
 
 def _discover() -> dict[str, FamilySpec]:
