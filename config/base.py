@@ -103,6 +103,14 @@ def get_config():
     # the denoiser's attention backend (diffusers' set_attention_backend: "native", "flash", "_native_cudnn",
     # "sage", …; the *_hub ones download kernels) where the family's model has one; "" = as loaded
     sample.attention_backend = ""
+    # ---- language models (pretrained.model a transformers *ForCausalLM directory: ddpo_grpo/policies/causal_lm.py,
+    # docs/language_models.md); the denoising fields above do not apply to them
+    sample.temperature = 1.0  # the softmax temperature T of the rollouts (> 0); the trainer re-scores at the same T
+    sample.top_p = 1.0  # nucleus sampling: draw among the most likely tokens whose mass reaches top_p; 1 = all tokens
+    sample.max_prompt_length = 512  # tokens of a prompt (after the chat template); a longer one is refused, by row
+    sample.max_response_length = 1024  # tokens generated per response at most (verl's data.max_response_length)
+    # strings that end a response besides the tokenizer's EOS (the response keeps the stop string), e.g. ("\n\n",)
+    sample.stop = ()
     # Flow-GRPO-Fast: only a window of sde_window_size consecutive steps is stochastic and trained,
     # the rest are ODE steps. 0 = off (every step stochastic). The window start is drawn per batch,
     # uniformly in sde_window_range = (lo, hi) inclusive; None = anywhere in (0, num_steps − size).
@@ -175,6 +183,9 @@ def get_config():
     # value means the same at any resolution; train/approx_kl is per sample too. Converting a per-dimension
     # clip (Flow-GRPO's 1e-4, DDPO's 1e-4): multiply it by d = C·h·w of the latent (docs/migration.md).
     train.clip_range = 0.2
+    # language models: DAPO's clip-higher, the ratio's upper bound 1 + clip_range_high (clip_range stays the lower
+    # bound 1 − clip_range); 0 = clip_range (symmetric)
+    train.clip_range_high = 0.0
     train.adv_clip_max = 5.0  # advantages are clipped to [−adv_clip_max, adv_clip_max]
     train.adv_mode = "zscore"  # "zscore" | "mean" | "global_std" | "buffer" | "running" (ddpo_grpo/advantages.py)
     train.adv_buffer_size = 32  # "buffer" mode: rewards remembered per prompt across epochs

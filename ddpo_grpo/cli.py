@@ -276,11 +276,14 @@ def check_model_source(model: str) -> str | None:
     if path.exists():
         if not path.is_dir():
             return f"{model!r} is a file; expected a pipeline directory, a run's output or a hub id"
+        from ddpo_grpo.language_model import is_causal_lm
+
         markers = (path / "model_index.json", path / FINAL_MANIFEST, path / "final" / FINAL_MANIFEST)
-        if not any(m.is_file() for m in markers):
+        if not any(m.is_file() for m in markers) and not is_causal_lm(str(path)):
             return (
-                f"{model!r} is neither a diffusers pipeline directory (no model_index.json) nor a run's output "
-                f"(no {FINAL_MANIFEST}; a training run writes final/ only when it ends)"
+                f"{model!r} is neither a diffusers pipeline directory (no model_index.json), a causal language model "
+                f"(config.json naming a *ForCausalLM) nor a run's output (no {FINAL_MANIFEST}; a training run writes "
+                "final/ only when it ends)"
             )
         return None
     if _looks_like_path(model):

@@ -63,6 +63,8 @@ def sampling_line(policy, sample) -> str:
     def shown(value) -> str:
         return f"{value:g}" if isinstance(value, float) else str(value)
 
+    if hasattr(policy, "sampling_settings"):  # a family with settings of its own (causal language models)
+        return "sampling settings: " + ", ".join(policy.sampling_settings())
     parts = [
         f"resolution={policy.resolution}",
         f"kernel={policy.kernel}",

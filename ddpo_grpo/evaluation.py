@@ -204,7 +204,8 @@ def evaluate(
     bound host memory on large evaluations; None keeps them all.
 
     Returns (metrics, samples, captions): samples as the policy decodes them (images: float
-    [N, 3, H, W] in [0, 1]) on the CPU in the order of the items, captions their prompts.
+    [N, 3, H, W] in [0, 1]; a language model's: the response strings, drawn at the rollout's temperature from fixed
+    seeds, so "deterministic" here means reproducible) on the CPU in the order of the items, captions their prompts.
     """
     import torch
 
@@ -225,18 +226,24 @@ def evaluate(
             for start in range(0, len(items), batch_size):
                 batch = items[start : start + batch_size]
                 batch_rows = [rows[i] for i, _ in batch]
-                rollout = rollout_lib.sample_rollout(
-                    policy,
-                    model,
-                    batch_rows,
-                    seeds=[image_seed(seed, i, k) for i, k in batch],
-                    num_steps=num_steps,
-                    guidance_scale=guidance_scale,
-                    noise_level=0.0,
-                    negative_prompt=negative_prompt,
-                    autocast=autocast,
-                )
-                samples = rollout.samples.detach().float().cpu()  # [b, ...]
+                seeds = [image_seed(seed, i, k) for i, k in batch]
+                if getattr(policy, "sample_kind", "") == "text":  # a language model's responses, at its temperature
+                    from ddpo_grpo.token_rollout import sample_tokens
+
+                    samples = sample_tokens(policy, model, batch_rows, seeds=seeds, autocast=autocast).samples
+                else:
+                    rollout = rollout_lib.sample_rollout(
+                        policy,
+                        model,
+                        batch_rows,
+                        seeds=seeds,
+                        num_steps=num_steps,
+                        guidance_scale=guidance_scale,
+                        noise_level=0.0,
+                        negative_prompt=negative_prompt,
+                        autocast=autocast,
+                    )
+                    samples = rollout.samples.detach().float().cpu()  # [b, ...]
                 if reward is not None:
                     scored.extend(score_batch(samples, batch_rows, reward, group_by))
                 if start < keep:
@@ -245,7 +252,10 @@ def evaluate(
     finally:
         if was_training and hasattr(model, "train"):
             model.train()
-    samples = torch.cat(kept) if kept else torch.zeros(0)
+    if kept and isinstance(kept[0], list):  # responses (text)
+        samples = [text for part in kept for text in part]
+    else:
+        samples = torch.cat(kept) if kept else torch.zeros(0)
     metrics = summarize(scored.values, scored.groups, scored.applicable, group_by) if reward is not None else {}
     return metrics, samples, captions
 

@@ -223,6 +223,8 @@ def objective_metrics(out: LoopOutcome, objective: str, with_reference: bool, ac
         "train/ratio_mean": s.mean("ratio"),
         "train/grad_norm": out.grad_norm,
     }
+    if "entropy" in s.sums:  # a language model's tokens (token_updates.py)
+        metrics["train/entropy"] = s.mean("entropy")
     if objective != "grpo":
         metrics["train/matching_loss"] = s.mean("matching_loss")
         if objective == "nft":

@@ -106,8 +106,14 @@ def _check_row(row: object, where: str) -> dict:
         raise ValueError(f'{where}: expected a JSON object like {{"prompt": "..."}}, got {type(row).__name__}')
     if "prompt" not in row:
         raise ValueError(f'{where}: missing "prompt" field (fields present: {sorted(row)})')
-    if not isinstance(row["prompt"], str):
-        raise ValueError(f'{where}: "prompt" must be a string, got {type(row["prompt"]).__name__}')
+    prompt = row["prompt"]
+    if isinstance(prompt, list):  # chat messages (language models): [{"role": ..., "content": ...}, ...]
+        if not prompt or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) and "role" in m for m in prompt
+        ):
+            raise ValueError(f'{where}: a list "prompt" must be chat messages [{{"role": ..., "content": "..."}}, ...]')
+    elif not isinstance(prompt, str):
+        raise ValueError(f'{where}: "prompt" must be a string or a list of chat messages, got {type(prompt).__name__}')
     return dict(row)
 
 
@@ -179,6 +185,13 @@ def load_prompts(source: str) -> list[dict]:
         rows = FILE_LOADERS[ext](path)
     if not rows:
         raise ValueError(f"prompt source {source!r} contains no prompts")
+    chat = [isinstance(r["prompt"], list) for r in rows]
+    if any(chat) and not all(chat):
+        first = chat.index(not chat[0])
+        raise ValueError(
+            f"prompt source {source!r} mixes chat rows (prompt = a list of messages) and plain-text rows: row 0 is "
+            f"{'chat' if chat[0] else 'plain'}, row {first} is not; convert them to one kind"
+        )
     return rows
 
 

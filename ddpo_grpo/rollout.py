@@ -59,6 +59,14 @@ class Rollout:
         """The dataset rows of the samples (prompt and metadata), e.g. for the supervised term."""
         return [{"prompt": p, **m} for p, m in zip(self.prompts, self.metadata)]
 
+    def reward_samples(self) -> torch.Tensor:
+        """What the rewards score: the decoded samples, on the CPU."""
+        return self.samples.cpu()
+
+    def metrics(self) -> dict:
+        """Statistics of the rollout itself for metrics.jsonl (none for a denoising trajectory)."""
+        return {}
+
     def select(self, index) -> Rollout:
         """Sub-rollout of the samples in ``index`` (a LongTensor or list of sample indices)."""
         index = torch.as_tensor(index, dtype=torch.long)
@@ -262,6 +270,8 @@ class Sampler:
     gather: bool = False
     reshard_after_forward: bool = True
     plain: bool = False
+
+    cat = staticmethod(Rollout.cat)  # an epoch's batches joined
 
     def gathered(self):
         """The context in which the sharded denoiser stays gathered (``gather``; nothing otherwise): each call holds

@@ -42,7 +42,6 @@ from ddpo_grpo.epoch import Epoch
 from ddpo_grpo.guard import TrainingStopped
 from ddpo_grpo.inner_loop import objective_metrics, train_objective, train_supervised
 from ddpo_grpo.memory import resident
-from ddpo_grpo.rollout import Rollout
 from ddpo_grpo.run_dir import stopped_note
 from ddpo_grpo.schedules import loss_weights
 from ddpo_grpo.seeding import derive_seed
@@ -122,6 +121,12 @@ class Trainer:
             ep, timing = self.sample_phase(epoch)
             scores = self.reward_phase(ep, timing)
             advantages, metrics = self.advantage_phase(ep, scores)
+            metrics.update(
+                {
+                    k: distributed.reduce(self.acc, v, "max" if k.endswith("_max") else "mean")
+                    for k, v in ep.rollout.metrics().items()
+                }
+            )
             with console.timed(timing, "train"):
                 metrics.update(self.update_phase(ep, advantages, lam_sup=lam_sup, lam_pg=lam_pg))
         else:  # the staged schedule's supervised-only epochs: no sampling
@@ -171,7 +176,7 @@ class Trainer:
                     rollout = self.rollout([ep.rows[g] for g, _ in batch], seeds, generator, rng, cond)
                 rollouts.append(rollout)
                 pending.append(self.score(rollout))
-        return dataclasses.replace(ep, rollout=Rollout.cat(rollouts), pending=pending), timing
+        return dataclasses.replace(ep, rollout=self.rollout.cat(rollouts), pending=pending), timing
 
     def encode_once(self, ep: Epoch) -> dict:
         """With sample.offload_encoders: this process's conditions of the epoch, encoded at once with the encoders
@@ -181,9 +186,9 @@ class Trainer:
         with resident(self.encoders, self.acc.device), torch.no_grad(), self.autocast():
             return self.policy.encode_rows([ep.rows[g] for g, _ in ep.items], self.config.sample.negative_prompt)
 
-    def score(self, rollout: Rollout):
+    def score(self, rollout):
         """Reward scores of one batch: a Future when reward.num_workers > 0, else the scores themselves."""
-        samples = rollout.samples.cpu()
+        samples = rollout.reward_samples()
         if self.reward_pool is None:
             return self.reward(samples, rollout.prompts, rollout.metadata)[0]
         return self.reward_pool.submit(lambda: self.reward(samples, rollout.prompts, rollout.metadata)[0])

@@ -5,6 +5,9 @@
     build_policy(model, **kw)   -> Policy adapter around it
     canonical_model(model)      -> the same model with local paths made absolute (for manifests)
 
+A directory holding a transformers causal language model (``config.json`` naming a ``*ForCausalLM``, no
+``model_index.json``) loads as a ``language_model.LanguageModel`` with the adapter ``policies.causal_lm``.
+
 Every family is registered once, by the ``FamilySpec`` at the end of its adapter file (``policies.family``): the
 tables here (``ADAPTERS``, ``PIPELINES``), ``ddpo_grpo.tiny``'s and the planner's are views of that registry. Adding a
 model family = one adapter module (a ``policies.flow.FlowPolicy`` or ``policies.diffusion.DiffusionPolicy`` subclass)
@@ -197,8 +200,12 @@ def load_pipeline(model: str, torch_dtype=None, components: dict | None = None):
     ``components``: component name -> a module to use instead of loading that one (e.g. a denoiser built empty for
     sharded loading, ``ddpo_grpo.sharded_loading``).
     """
+    from ddpo_grpo.language_model import LanguageModel, is_causal_lm
+
     base, lora_dir = resolve_model(model)
-    if is_factory_spec(base):
+    if is_causal_lm(base):
+        pipeline = LanguageModel.from_pretrained(base, torch_dtype=torch_dtype)
+    elif is_factory_spec(base):
         pipeline = _from_factory(base)
         if components:
             pipeline.register_modules(**components)
@@ -232,9 +239,13 @@ def component_dtype(torch_dtype, name: str):
 def denoiser_components(model: str) -> tuple[str, ...]:
     """The component names of the pipeline directory or hub id ``model`` that its adapter trains (a two-expert
     model's both); () for a factory file or a run's LoRA output, whose pipeline is only known once built."""
+    from ddpo_grpo.language_model import is_causal_lm
+
     base, lora_dir = resolve_model(model)
     if is_factory_spec(base) or lora_dir is not None:
         return ()
+    if is_causal_lm(base):
+        return ("model",)
     index = _read_model_index(base)
     cls = _import_target(_adapter_target(_pipeline_class(index.get("_class_name"), model)))
     return cls.denoiser_components(index)
@@ -246,7 +257,7 @@ def _adapter_target(cls) -> str | None:
 
 
 def policy_class(pipeline):
-    target = _adapter_target(type(pipeline))
+    target = getattr(type(pipeline), "adapter_target", None) or _adapter_target(type(pipeline))
     if target is None:
         raise ValueError(f"no policy adapter for {type(pipeline).__name__}; supported: {sorted(ADAPTERS)}")
     return _import_target(target)
@@ -256,7 +267,10 @@ def policy_settings(pipeline, sample):
     """The ``PolicySettings`` of a config's ``sample`` section for ``pipeline``'s family (its kernels)."""
     from ddpo_grpo.policies.base import PolicySettings
 
-    return PolicySettings.from_config(sample, policy_class(pipeline).kernels)
+    cls = policy_class(pipeline)
+    if hasattr(cls, "settings_from"):  # a family with settings of its own (causal language models)
+        return cls.settings_from(sample)
+    return PolicySettings.from_config(sample, cls.kernels)
 
 
 def build_policy(pipeline, settings=None, **kwargs):

@@ -32,7 +32,7 @@ import torch
 
 from ddpo_grpo.wiring.data import build_prompts, build_rewards, build_tracker, fit_rewards, reward_pool
 from ddpo_grpo.wiring.loop import build_update, gather_fits, step_plan, training_sampler
-from ddpo_grpo.wiring.model import build_policy_for, empty_denoisers, load_dtypes, model_path
+from ddpo_grpo.wiring.model import build_policy_for, check_rows, empty_denoisers, load_dtypes, model_path
 from ddpo_grpo.wiring.process import accelerator, check_config, loss_scaling, main_print, sharded
 from ddpo_grpo.wiring.reporting import build_hooks, metrics_logger
 from ddpo_grpo.wiring.trainable import Weights, build_weights, fsdp_compute_dtype, init_from, prepare, scale_out
@@ -93,6 +93,7 @@ def build_run(config, given=None) -> Parts:
     rows, prompt_sampler = build_prompts(config)
     torch.manual_seed(config.seed)
     policy, path = build_policy_for(config, acc)
+    check_rows(policy, rows)
     reward, scorers = fit_rewards(config, policy, reward, scorers)
     resumed = bool(config.resume_from) and not starts_again(config)  # a run that saved nothing starts again
     run_dir = prepare_run_dir(config, acc, log=log)  # the first thing written
@@ -114,7 +115,7 @@ def build_run(config, given=None) -> Parts:
         rows=rows,
         prompt_sampler=prompt_sampler,
         ema=w.ema,
-        probe_sample=lambda rows, seeds, gen, rng: rollout(rows, seeds, gen, rng).samples.cpu(),
+        probe_sample=lambda rows, seeds, gen, rng: rollout(rows, seeds, gen, rng).reward_samples(),
         frozen=encoders + decoder,
     )
     state = RunState(run_dir, config, w, optimizer, step, tracker, model=model, sharded=sharded(config, acc))
@@ -144,6 +145,7 @@ __all__ = [
     "build_update",
     "build_weights",
     "check_config",
+    "check_rows",
     "empty_denoisers",
     "fit_rewards",
     "fsdp_compute_dtype",

@@ -15,6 +15,10 @@ def training_sampler(config, policy, autocast):
     from ddpo_grpo.rollout import Sampler
 
     s, d = config.sample, config.distributed
+    if policy.sample_kind == "text":
+        from ddpo_grpo.token_rollout import TokenSampler
+
+        return TokenSampler(policy, autocast=autocast)
     return Sampler(
         policy,
         num_steps=s.num_steps,
@@ -74,4 +78,8 @@ def build_update(config, policy, model, acc, weights: Weights, autocast):
         settings, policy, model, acc, weights.params, weights.reference, autocast, acc.process_index, weights.sampler
     )
     supervised = SupervisedTerm(ctx, SupervisedSettings.from_config(config)) if config.train.sup_weight > 0 else None
+    if policy.sample_kind == "text":
+        from ddpo_grpo.token_updates import TokenUpdate
+
+        return TokenUpdate(ctx, config.sample.max_response_length, config.train.clip_range_high), supervised
     return make_update(ctx), supervised

@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 
 from ddpo_grpo.precision import WEIGHT_DTYPES
+from ddpo_grpo.token_losses import AGGREGATIONS as TOKEN_AGGREGATIONS
+from ddpo_grpo.token_losses import TOKEN_KL_ESTIMATORS
 from ddpo_grpo.wiring.process import main_print, sharded
 from foundation.errors import ConfigError
 
@@ -48,6 +50,13 @@ def build_policy_for(config, acc):
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     s, t = config.sample, config.train
+    if policy.sample_kind == "text":
+        check_language_run(config)
+    elif t.loss_aggregation in TOKEN_AGGREGATIONS:
+        raise ConfigError(
+            f"train.loss_aggregation={t.loss_aggregation!r} is a language model's; a {type(policy).__name__} takes "
+            "'mean' or 'sum_norm'"
+        )
     if policy.noise_level <= 0 and s.share_group_noise:
         raise ConfigError(
             "sample.noise_level=0 with sample.share_group_noise: deterministic sampling from one shared "
@@ -63,6 +72,39 @@ def build_policy_for(config, acc):
 
         sharding.block_names(policy, config.distributed.shard_blocks)
     return policy, path
+
+
+def check_language_run(config) -> None:
+    """ConfigError for the settings a language-model run cannot take (before anything is written)."""
+    s, t = config.sample, config.train
+    if s.share_group_noise:
+        raise ConfigError(
+            "sample.share_group_noise=True with a language model: the members of a group would draw the same tokens "
+            "(one seed); set it False"
+        )
+    if t.objective != "grpo":
+        raise ConfigError(f"train.objective={t.objective!r}: a language model trains with 'grpo'")
+    if t.loss_aggregation not in TOKEN_AGGREGATIONS:
+        raise ConfigError(
+            f"train.loss_aggregation={t.loss_aggregation!r} for a language model must be one of "
+            f"{list(TOKEN_AGGREGATIONS)} (verl's names)"
+        )
+    if t.beta > 0 and t.kl_estimator not in TOKEN_KL_ESTIMATORS:
+        raise ConfigError(
+            f"train.kl_estimator={t.kl_estimator!r} for a language model must be one of {list(TOKEN_KL_ESTIMATORS)}"
+        )
+
+
+def check_rows(policy, rows: list[dict]) -> None:
+    """A language model's prompt rows, each encoded once before anything is written: ConfigError naming the row that
+    the model cannot take (too long for sample.max_prompt_length, empty, a chat row without a chat template)."""
+    if policy.sample_kind != "text":
+        return
+    for i, row in enumerate(rows):
+        try:
+            policy.encode_rows([row])
+        except ValueError as exc:
+            raise ConfigError(f"prompts.source row {i}: {exc}".replace("prompt row 0 ", "")) from exc
 
 
 def load_dtypes(config, trained) -> dict:
@@ -88,6 +130,12 @@ def empty_denoisers(config, acc, path: str, trained, dtypes) -> dict:
     from ddpo_grpo.policies import component_dtype
 
     if not sharded(config, acc):
+        return {}
+    if trained == ("model",) and not (Path(path) / "model_index.json").is_file():  # a causal language model
+        main_print(acc)(
+            "sharded loading: a language model is read whole by every process before it is sharded (its weights are "
+            "not read shard by shard yet)"
+        )
         return {}
     if not trained:
         main_print(acc)(

@@ -28,7 +28,10 @@ def build_hooks(
     if p.freq:
         probe = PairedProbe(run_dir, prompt_sampler, num_prompts=p.prompts, group_size=p.group_size, seed=config.seed)
     report_rows = evaluator.rows if evaluator is not None else rows
-    report = RunReport(
+    report_class = RunReport
+    if policy.sample_kind == "text":  # a language model's responses (text_report.py)
+        from ddpo_grpo.text_report import TextReport as report_class
+    report = report_class(
         run_dir,
         pick_rows(report_rows, config.logging.num_images, config.eval.group_by),
         policy.preview,
