@@ -6,6 +6,7 @@ Importing this package registers the built-in rewards (cheap: no model weights).
 """
 
 from . import aesthetic, clip_score, color, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
+from . import verifiable  # noqa: F401,E402
 from ._clip_backbones import resolve_dtype
 from .aesthetic import AestheticMLP
 from .contract import RewardFactory, RewardFn, coerce_scores, per_sample_entries, to_pil, to_uint8
