@@ -94,7 +94,9 @@ def _wait_or_kill(proc: subprocess.Popen, wall_s: float) -> bool:
     """Wait for ``proc`` up to ``wall_s``; then SIGKILL its whole process group; True if it timed out.
 
     The exit is observed with ``WNOWAIT`` so the leader is not reaped before ``killpg``: its pid (the
-    group's id) cannot be reused by another process while the group is being killed.
+    group's id) cannot be reused by another process while the group is being killed. On timeout the
+    members other than the leader die first, so that the leader (the launcher, the PID namespace's
+    parent) reaps them; orphans left to the machine's init can take a second to disappear.
     """
     deadline = time.monotonic() + wall_s
     delay = 0.001
@@ -102,6 +104,12 @@ def _wait_or_kill(proc: subprocess.Popen, wall_s: float) -> bool:
     while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
         if time.monotonic() >= deadline:
             timed_out = True
+            _kill_members(proc.pid)
+            grace = time.monotonic() + 0.2
+            while (
+                time.monotonic() < grace and os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            ):
+                time.sleep(0.005)
             break
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
@@ -110,7 +118,31 @@ def _wait_or_kill(proc: subprocess.Popen, wall_s: float) -> bool:
     except ProcessLookupError:
         pass
     proc.wait()
+    _until_gone(proc.pid)
     return timed_out
+
+
+def _kill_members(pgid: int) -> None:
+    """SIGKILL every process of group ``pgid`` except its leader (from /proc)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != pgid:
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    if int(f.read().rsplit(b")", 1)[1].split()[2]) == pgid:
+                        os.kill(int(entry), 9)
+            except (OSError, IndexError, ValueError):
+                pass
+
+
+def _until_gone(pgid: int, timeout: float = 2.0) -> None:
+    """SIGKILL the group until no member is left (killed processes, zombies included, take a moment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 9)
+        except ProcessLookupError:
+            return
+        time.sleep(0.005)
 
 
 def _read(path: Path, limit: int) -> str:
