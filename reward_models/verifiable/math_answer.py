@@ -1,21 +1,21 @@
-"""Math reward: extract a response's final answer and compare it with the ground truth numerically.
+r"""Math reward: extract a response's final answer and compare it with the ground truth numerically.
 
 Extraction, first rule that applies:
 
 1. the text after the last ``####`` (GSM8K's answer marker), up to the end of that line;
-2. else the content of the last ``\\boxed{...}`` (braces balanced, so ``\\boxed{\\frac{3}{4}}`` works);
+2. else the content of the last ``\boxed{...}`` (braces balanced, so ``\boxed{\frac{3}{4}}`` works);
 3. else the last number in the text (``-1,234.5``, ``.5``, ``3/4``).
 
-Normalisation of an answer: drop ``$``, spaces, ``\\!`` / ``\\,`` / ``{,}`` thin spaces, ``\\left`` /
-``\\right``, a ``\\text{...}`` wrapper, a trailing ``.``, a trailing ``%`` or ``^\\circ``, a leading
-``+`` and thousands commas; ``\\frac{a}{b}`` (``\\dfrac``, ``\\tfrac``) becomes ``a/b``. The result is
+Normalisation of an answer: drop ``$``, spaces, ``\!`` / ``\,`` / ``{,}`` thin spaces, ``\left`` /
+``\right``, a ``\text{...}`` wrapper, a trailing ``.``, a trailing ``%`` or ``^\circ``, a leading
+``+`` and thousands commas; ``\frac{a}{b}`` (``\dfrac``, ``\tfrac``) becomes ``a/b``. The result is
 parsed as an exact rational when it is a number, a decimal or a fraction ``a/b``.
 
 Comparison: two numbers are equal when ``|answer − truth| ≤ 1e-6 · max(1, |truth|)`` (a relative
 tolerance of one part in a million, absolute 1e-6 near zero; it forgives float printing such as
 ``0.3333333`` for ``1/3`` only up to that tolerance, so ``0.33`` is wrong). When the ground truth is not
 a number, the normalised strings are compared, case-insensitively. A ground truth that itself contains
-``####`` or ``\\boxed{}`` (a raw GSM8K / MATH solution) is reduced by the same extraction first.
+``####`` or ``\boxed{}`` (a raw GSM8K / MATH solution) is reduced by the same extraction first.
 
 ``format`` (per-sample info) is 1 when the response ends its reasoning with a well-formed ``#### <number>``
 line (the GSM8K / embedded arithmetic world's format), whatever the correctness.
@@ -35,7 +35,7 @@ _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, else None."""
+    r"""Content of the last ``\boxed{...}`` (or ``\fbox{...}``) with balanced braces, else None."""
     start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
     if start < 0:
         return None
