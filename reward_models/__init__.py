@@ -5,7 +5,7 @@ names come from :data:`REGISTRY` or are ``"path/to/file.py:fn_name"`` specs.
 Importing this package registers the built-in rewards (cheap: no model weights).
 """
 
-from . import aesthetic, clip_score, color, compression, hps, per_sample, pickscore, remote, similarity  # noqa: F401,E402
+from . import aesthetic, clip_score, color, compression, hps, per_sample, pickscore, remote, similarity, verifiable  # noqa: F401,E402,I001
 from ._clip_backbones import resolve_dtype
 from .aesthetic import AestheticMLP
 from .contract import RewardFactory, RewardFn, coerce_scores, per_sample_entries, to_pil, to_uint8

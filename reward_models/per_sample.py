@@ -12,10 +12,11 @@ function is wrapped by :func:`adapt_per_sample`; for sample ``i`` of a batch it 
 keywords:
 
 * ``data_source  = metadata[i].get("data_source")``;
-* ``solution     = the i-th generated image as an RGB ``PIL.Image`` `` (uint8-rounded as
-  :func:`reward_models.contract.to_pil`). For a text model the "solution" is the generated string;
-  here it is the generated image;
-* ``ground_truth = metadata[i].get("ground_truth")``;
+* ``solution     = samples[i]`` itself when the samples are strings (a language model's decoded
+  responses, prompt excluded: verl's ``solution_str``); for an image family the i-th generated image
+  as an RGB ``PIL.Image`` (uint8-rounded as :func:`reward_models.contract.to_pil`);
+* ``ground_truth = metadata[i]["ground_truth"]``, else verl's ``metadata[i]["reward_model"]["ground_truth"]``
+  (:func:`ground_truth_of`), else ``None``;
 * ``extra_info   = {**the row's other fields, "prompt": prompts[i], "index": i}`` where "other
   fields" are the row's fields except ``data_source``, ``ground_truth`` and ``extra_info``; a
   row-level ``"extra_info"`` dict (verl's dataset layout) is merged in, flattened. ``prompt`` and
@@ -66,6 +67,22 @@ from .contract import coerce_scores, takes_three_positional, to_pil
 PER_SAMPLE_PARAMS = ("data_source", "solution", "ground_truth", "extra_info")
 _SOLUTION_NAMES = ("solution", "solution_str")
 _ROW_KEYS = ("data_source", "ground_truth", "extra_info")  # row fields not copied flat into extra_info
+
+
+def ground_truth_of(row: Mapping | None) -> Any:
+    """A row's ground truth: its ``ground_truth``, else verl's ``reward_model: {"ground_truth": ...}``, else None."""
+    row = row or {}
+    if row.get("ground_truth") is not None:
+        return row["ground_truth"]
+    nested = row.get("reward_model")
+    return nested.get("ground_truth") if isinstance(nested, Mapping) else None
+
+
+def _solution(samples: Any, i: int) -> Any:
+    """Sample ``i`` as a per-sample scorer receives it: the string of a text batch, else a PIL image."""
+    if isinstance(samples, (list, tuple)) and isinstance(samples[i], str):
+        return samples[i]
+    return to_pil(samples[i : i + 1])[0]
 
 
 def _solution_param(obj: Callable) -> str | None:
@@ -137,8 +154,8 @@ def _call_kwargs(images: Any, prompts: list[str], metadata: list[dict], i: int) 
     extra["index"] = i
     return {
         "data_source": row.get("data_source"),
-        "solution": to_pil(images[i : i + 1])[0],
-        "ground_truth": row.get("ground_truth"),
+        "solution": _solution(images, i),
+        "ground_truth": ground_truth_of(row),
         "extra_info": extra,
     }
 
@@ -272,7 +289,9 @@ class DataSourceRouter:
 
 
 def _select(images: Any, idx: list[int]) -> Any:
-    """``images[idx]`` for a tensor or an array (a list of indices)."""
+    """``images[idx]`` for a tensor, an array or a list (of strings: a language model's responses)."""
+    if isinstance(images, (list, tuple)):
+        return [images[i] for i in idx]
     if hasattr(images, "detach"):
         import torch
 
@@ -287,4 +306,11 @@ def adapt_per_sample(obj: Any, name: str, **kwargs: Any) -> Callable:
     return PerSampleReward(obj, name, **kwargs)
 
 
-__all__ = ["PER_SAMPLE_PARAMS", "DataSourceRouter", "PerSampleReward", "adapt_per_sample", "is_per_sample"]
+__all__ = [
+    "PER_SAMPLE_PARAMS",
+    "DataSourceRouter",
+    "PerSampleReward",
+    "adapt_per_sample",
+    "ground_truth_of",
+    "is_per_sample",
+]
