@@ -2,6 +2,11 @@
 
     python scripts/plan.py --config config/flux.py:pickscore --gpus 8 --gpu-memory 80
     python scripts/plan.py --config config/qwen_image.py:pickscore --gpus 16 --config.train.gradient_checkpointing=True
+    python scripts/plan.py --model config/model_configs/qwen2.5-7b --gpus 8 --gpu-memory 80 --config.train.use_lora=False
+
+--model DIR plans DIR (a pipeline or causal LM directory, or a shipped name) instead of the recipe's pretrained.model;
+a causal LM (a config.json naming a *ForCausalLM architecture) is planned from closed formulas
+(ddpo_grpo/planner/causal_lm.py, lm_estimate.py) with the recipe's train / sample / distributed fields.
 
 The model is built on the meta device from its configs (pretrained.model: a pipeline directory, or a hub id whose
 configs ship under config/model_configs/); no weights are read and nothing is downloaded. The recipe is loaded as
@@ -9,7 +14,7 @@ train.py would load it under --gpus processes (WORLD_SIZE), so its per-process b
 Prints the model's sizes, a table of the parts (GiB per process) for ddp and fsdp, and the one-line summary that
 train.py prints at start-up. docs/scaling.md explains each part; ddpo_grpo/planner/estimate.py derives them.
 
-Options: --config FILE[:NAME], --config.<field>=<value>, --gpus N (processes, ≥ 1; default 1), --gpu-memory GiB
+Options: --config FILE[:NAME], --config.<field>=<value>, --model DIR, --gpus N (processes, ≥ 1; default 1), --gpu-memory GiB
 (per GPU, > 0; default 80), --debug. Exit status 2 on a bad input (one line naming it).
 """
 
@@ -46,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in argv if a != "--debug"]
     gpus, argv = _take(argv, "--gpus", "1")
     memory, argv = _take(argv, "--gpu-memory", "80")
+    model, argv = _take(argv, "--model", "")
 
     def run():
         from ddpo_grpo.cli import UsageError, load_config
@@ -69,12 +75,12 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ.pop("WORLD_SIZE")
             else:
                 os.environ["WORLD_SIZE"] = previous
-        if not cfg.pretrained.model:
+        if not (model or cfg.pretrained.model):
             raise UsageError("pretrained.model is empty (the tiny builds): the planner is for a real model's configs")
         from ddpo_grpo import planner
         from ddpo_grpo.planner import report
 
-        p = planner.plan(cfg, n, gib)
+        p = planner.plan(cfg, n, gib, model=model or None)
         print(report.header(p))
         print()
         print(report.table(p))

@@ -13,7 +13,8 @@ from ddpo_grpo.planner import meta, sources
 
 ROOT = sources.SHIPPED
 README = (ROOT / "README.md").read_text()
-DIRS = sorted(p.name for p in ROOT.iterdir() if p.is_dir())
+#: the pipeline directories (the causal LMs' config.json directories: tests/test_planner_lm.py)
+DIRS = sorted(p.name for p in ROOT.iterdir() if (p / "model_index.json").is_file())
 UNITS = {"M": 1e6, "B": 1e9}
 
 

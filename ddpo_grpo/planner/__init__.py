@@ -4,7 +4,8 @@
     python scripts/plan.py --config config/flux.py:pickscore --gpus 8 --gpu-memory 80
 
 The model is built on the meta device from its configs (a pipeline directory, or a hub id mapped to the shipped
-configs under config/model_configs/): no weights are read. Modules, one concern each:
+configs under config/model_configs/): no weights are read. A causal language model (a config.json naming a
+``*ForCausalLM`` architecture, no model_index.json) is planned from closed formulas instead. Modules, one concern each:
 
     sources.py      where the configs are (hub id -> shipped directory; model_index.json's components)
     meta.py         components built on meta; their bytes in a dtype
@@ -14,6 +15,8 @@ configs under config/model_configs/): no weights are read. Modules, one concern 
     facts.py        what the estimate needs from the model (sizes, LoRA parameters, blocks, activations)
     estimate.py     the parts per process for a strategy (its docstring derives each one)
     report.py       the table and the one-line summary
+    causal_lm.py    a causal LM's parameters, LoRA factors, activations, logits, KV cache from its config.json
+    lm_estimate.py  a causal LM's GRPO run, part by part (its docstring derives each one)
 
 Validated on CPU processes against the measured peak resident memory (experiments/planner_validation.py,
 docs/scaling.md "Memory planner").
@@ -25,8 +28,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ddpo_grpo.planner import causal_lm
 from ddpo_grpo.planner.estimate import GIB, Estimate, estimate
 from ddpo_grpo.planner.facts import ModelFacts, model_facts
+from ddpo_grpo.planner.lm_estimate import lm_estimate, lm_facts
 from ddpo_grpo.planner.sources import model_dir
 
 STRATEGIES = ("ddp", "fsdp")
@@ -48,9 +53,15 @@ class Plan:
 def plan(config, processes: int = 1, memory_gib: float = 80.0, *, model: str | None = None, accelerator=True) -> Plan:
     """The plan of ``config``'s run on ``processes`` processes of ``memory_gib`` GiB each (0 = unknown)."""
     spec = model or config.pretrained.model
-    facts = model_facts(model_dir(spec), config, accelerator=accelerator)
     memory = int(memory_gib * GIB)
-    ests = [estimate(facts, config, processes, s, memory) for s in STRATEGIES]
+    directory = model_dir(spec)
+    lm_config = causal_lm.read_config(directory)
+    if lm_config is not None:  # a causal language model: the closed formulas of causal_lm.py
+        facts = lm_facts(lm_config, config)
+        ests = [lm_estimate(facts, config, processes, s) for s in STRATEGIES]
+    else:
+        facts = model_facts(directory, config, accelerator=accelerator)
+        ests = [estimate(facts, config, processes, s, memory) for s in STRATEGIES]
     return Plan(spec, facts, ests, memory, int(config.train.batch_size), bool(config.train.use_lora))
 
 

@@ -103,6 +103,9 @@ OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}  # float32 states per trainable elemen
 #: broadcast_coalesced keeps in flight, each flattened into one buffer)
 DDP_BROADCAST_BUCKET = 250 * 2**20
 DDP_BROADCAST_IN_FLIGHT = 2
+#: the parts that grow with train.batch_size (per_sample_activation is their increase per sample; "logits": a
+#: causal LM's, lm_estimate.py)
+PER_SAMPLE = ("activations", "logits")
 
 
 @dataclass
@@ -147,8 +150,8 @@ class Estimate:
 
     def peak_for(self, batch: int) -> int:
         """The peak with train.batch_size = ``batch`` (the other parts as they are)."""
-        rest = sum(v for k, v in self.parts.items() if k not in ("activations", "overlap"))
-        act = self.parts.get("activations", 0) + (batch - self.batch) * self.per_sample_activation
+        rest = sum(v for k, v in self.parts.items() if k not in PER_SAMPLE + ("overlap",))
+        act = sum(self.parts.get(k, 0) for k in PER_SAMPLE) + (batch - self.batch) * self.per_sample_activation
         overlap = -min(act, self.parts.get("gradients", 0)) if self.overlap else 0
         return max(rest + act + overlap, self.encoding_phase, self.load_phase, self.swap_phase, self.sampling_phase)
 

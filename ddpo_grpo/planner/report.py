@@ -17,6 +17,7 @@ ORDER = (
     "fsdp grad in flight",
     "autocast copies",
     "activations",
+    "logits",
     "overlap",
     "store",
     "encoders",
@@ -56,7 +57,9 @@ def table(plan) -> str:
         if any(e.parts.get(part) for e in ests):
             lines.append(f"| {part} | " + " | ".join(gib(e.parts.get(part, 0)) for e in ests) + " |")
     lines.append("| training phase | " + " | ".join(gib(e.training_phase) for e in ests) + " |")
+    labels = getattr(plan.facts, "phase_labels", {})
     for phase, label in PHASES:
+        label = labels.get(phase, label)
         if any(e.phases[phase] for e in ests):
             lines.append(f"| {label} | " + " | ".join(gib(e.phases[phase]) for e in ests) + " |")
     lines.append("| **peak** | " + " | ".join(f"**{gib(e.peak)}**" for e in ests) + " |")
@@ -69,8 +72,28 @@ def table(plan) -> str:
     return "\n".join(lines)
 
 
+def lm_header(plan) -> str:
+    """The header of a causal LM's plan: its shape, sequence and trainable elements, per-sequence sizes."""
+    f, s = plan.facts, plan.facts.shape
+    a = f.activations
+    trainable = f"LoRA {f.lora_numel:,}" if plan.lora else f"all {f.params:,}"
+    return "\n".join(
+        [
+            f"model: {plan.model} ({s.architecture}; {f.params / 1e9:.3f} B parameters, {s.layers} decoder layers, "
+            f"h {s.hidden}, {s.heads} heads / {s.kv_heads} KV heads × {s.head_dim}, MLP {s.intermediate}, "
+            f"vocab {s.vocab}, {'tied' if s.tied else 'untied'} embeddings)",
+            f"sequence: {f.prompt_length} prompt + {f.response_length} response tokens; train.batch_size {plan.batch}; "
+            f"trainable {trainable}",
+            f"per sequence: activations {gib(a.per_sample)} GiB ({gib(a.checkpointed_per_sample)} with "
+            f"checkpointing), logits {gib(f.logits_per_sample)} GiB, KV cache {gib(f.kv_per_sample)} GiB",
+        ]
+    )
+
+
 def header(plan) -> str:
     f = plan.facts
+    if hasattr(f, "shape"):  # a causal LM (lm_estimate.LMFacts)
+        return lm_header(plan)
     a = f.activations
     lines = [
         f"model: {plan.model} ({f.pipeline}; {f.denoiser_class} {f.denoiser_numel / 1e9:.3f} B elements, "
@@ -117,8 +140,9 @@ def summary(plan, estimate) -> str:
             f"; {'fits' if estimate.peak <= plan.memory else 'does NOT fit'} {plan.memory / GIB:.0f} GiB, "
             f"largest train.batch_size {largest(plan, estimate)}"
         )
+    names = getattr(plan.facts, "phase_names", {})
     others = "".join(
-        f", {phase} {size(estimate.phases[phase])}"
+        f", {names.get(phase, phase)} {size(estimate.phases[phase])}"
         for phase, _ in PHASES
         if estimate.phases[phase] and phase != estimate.peak_phase
     )

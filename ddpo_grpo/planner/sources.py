@@ -2,7 +2,8 @@
 the component configs shipped under ``config/model_configs/`` (JSON only, no weights: the planner works offline; each
 family's ``Checkpoint`` names its hub ids, ``ddpo_grpo.policies.family.hub_ids``).
 
-``model_dir(spec)`` resolves ``pretrained.model`` (or ``--model``); ``components(directory)`` lists the pipeline's
+A causal language model's directory (a ``config.json`` naming a ``*ForCausalLM`` architecture, no
+``model_index.json``: ``causal_lm.is_causal_lm``) resolves the same way. ``model_dir(spec)`` resolves ``pretrained.model`` (or ``--model``); ``components(directory)`` lists the pipeline's
 modules as (name, library, class) from its ``model_index.json``. Tokenizers and schedulers hold no weights and are
 left out.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddpo_grpo.planner.causal_lm import is_causal_lm
 from ddpo_grpo.policies.family import MODEL_CONFIGS, hub_ids
 from foundation.errors import ConfigError
 
@@ -27,15 +29,16 @@ def model_dir(spec: str) -> Path:
     ConfigError naming ``pretrained.model`` otherwise."""
     spec = str(spec)
     path = Path(spec).expanduser()
-    if (path / "model_index.json").is_file():
+    if (path / "model_index.json").is_file() or is_causal_lm(path):
         return path
     known = hub_ids()
     name = known.get(spec, spec)
-    if (SHIPPED / name / "model_index.json").is_file():
+    if (SHIPPED / name / "model_index.json").is_file() or is_causal_lm(SHIPPED / name):
         return SHIPPED / name
     raise ConfigError(
-        f"pretrained.model={spec!r}: no model_index.json there and no shipped configs for it; give a pipeline "
-        f"directory (its JSON configs suffice, no weights needed) or one of {', '.join(sorted(known))}"
+        f"pretrained.model={spec!r}: no model_index.json (nor a causal LM's config.json) there and no shipped configs "
+        f"for it; give a pipeline or causal LM directory (its JSON configs suffice, no weights needed) or one of "
+        f"{', '.join(sorted(known))}"
     )
 
 
