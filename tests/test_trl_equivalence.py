@@ -23,6 +23,7 @@ pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 
 import torch  # noqa: E402
+from trl_kit import tiny_qwen2, tiny_tokenizer  # noqa: E402
 
 from ddpo_grpo.stat_tracker import compute_advantages  # noqa: E402
 from ddpo_grpo.token_losses import (  # noqa: E402
@@ -36,7 +37,6 @@ from ddpo_grpo.token_losses import (  # noqa: E402
 TOL = 1e-5
 GROUP = 4  # num_generations
 MAX_COMPLETION = 7
-WORDS = ["<pad>", "<eos>", "<unk>", *map(str, range(10)), "+", "-", "=", "####", "what", "is"]
 
 #: TRL loss_type -> (our aggregation, its norm_constant): the types whose formula our modes express
 OUR_MODE = {
@@ -63,41 +63,12 @@ COMPLETIONS = [  # GROUP per prompt, varied lengths (the longest is MAX_COMPLETI
 REWARDS = [1.0, 1.0, 0.0, 0.0, 1.0, 0.25, 0.0, 0.5]
 
 
-def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
-
-
-def _model():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(WORDS),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=1,
-        tie_word_embeddings=False,
-    )
-    return Qwen2ForCausalLM(config).float()
-
-
 def _trainer(tmp_path, temperature: float):
     """A GRPOTrainer in fp32 on CPU; β = 0 at construction (β > 0 would load a reference model from the hub) and set
     per case afterwards: ``_compute_loss`` reads ``self.beta`` and takes the reference log-probs from ``inputs``."""
     from trl import GRPOConfig, GRPOTrainer
 
-    tokenizer = _tokenizer()
+    tokenizer = tiny_tokenizer()
     rewards = iter(())
 
     def fixed_reward(prompts, completions, **_):
@@ -118,7 +89,7 @@ def _trainer(tmp_path, temperature: float):
     )
     dataset = datasets.Dataset.from_list([{"prompt": p} for p in PROMPTS])
     trainer = GRPOTrainer(
-        model=_model(), reward_funcs=fixed_reward, args=args, train_dataset=dataset, processing_class=tokenizer
+        model=tiny_qwen2(), reward_funcs=fixed_reward, args=args, train_dataset=dataset, processing_class=tokenizer
     )
     trainer.current_gradient_accumulation_steps = 1  # set by the HF training loop; one micro-batch per step here
 
