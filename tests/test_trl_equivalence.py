@@ -210,9 +210,11 @@ def test_temperature_divides_the_logits_as_trl(trainers, loss_type, beta):
         ours = token_logprobs(_logits(trainer.model, inputs), inputs["completion_ids"], 0.7)
         untempered = token_logprobs(_logits(trainer.model, inputs), inputs["completion_ids"], 1.0)
     mask = inputs["completion_mask"].bool()
-    assert (trl_lp - ours)[mask].abs().max().item() <= TOL
+    lp_diff = (trl_lp - ours)[mask].abs().max().item()
+    assert lp_diff <= TOL
     assert (trl_lp - untempered)[mask].abs().max().item() > 1e-2  # T matters at all
     loss_diff, grad_diff, _, _ = _max_differences(trainer, inputs, loss_type, beta, (0.2, 0.28), False, False)
+    print(f"T=0.7 {loss_type} beta={beta}: |dlogp|={lp_diff:.2e} |dloss|={loss_diff:.2e} |dgrad|={grad_diff:.2e}")
     assert loss_diff <= TOL and grad_diff <= TOL
 
 
