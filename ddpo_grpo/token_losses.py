@@ -16,9 +16,14 @@ Aggregation, by verl's names (``verl/trainer/ppo/core_algos.py``, ``agg_loss``),
     "seq-mean-token-mean"      (1/B) Σ_b [Σ_t m·L / Σ_t m]             every response weighs the same (GRPO's paper)
     "seq-mean-token-sum-norm"  (1/B) Σ_b [Σ_t m·L / C]                 Dr. GRPO: C a constant (the maximum
                                                                        response length), no length bias
-TRL's ``loss_type`` values map onto them: "grpo" = seq-mean-token-mean, "bnpo" = token-mean, "dr_grpo" =
-seq-mean-token-sum-norm with C = max_completion_length; its "dapo" is token-mean over the tokens of the whole
-accumulated batch (here: ``num_tokens`` = that count).
+TRL 1.16's ``loss_type`` values map onto them (per micro-batch; tests/test_trl_equivalence.py checks loss and
+gradient within 1e-5): "grpo" = seq-mean-token-mean, "bnpo" = token-mean, "dr_grpo" = seq-mean-token-sum-norm with
+C = max_completion_length, "luspo" = seq-mean-token-sum-norm with C = 1 (token-level ratios; its paper's sequence-level
+ratio is not expressed); TRL divides these by the accumulation steps, i.e. averages the micro-batches. Its "dapo" is
+token-mean over the tokens of the whole generation batch, all ranks (``num_tokens`` = that count divided by the world
+size, as DDP averages the ranks' gradients). Not expressed: "cispo" (−sg(min(ρ, ε_high))·A·log π, a stopped weight on a
+REINFORCE term), "sapo" (a sigmoid gate in place of the clip), "vespo" (gamma weights of the sequence ratio).
+TRL's KL term is k3; with its default use_bias_correction_kl=True it is k3·ρ_t with ρ_t differentiable (not ours).
 """
 
 from __future__ import annotations
