@@ -40,11 +40,12 @@ class Reference:
     def active(self):
         """Context in which ``self.model`` computes the reference policy."""
         if self.weights is None:
-            self.model.disable_adapters()
+            switch = getattr(self.policy, "set_adapters", None)  # a family that toggles its LoRA layers itself
+            switch(False) if switch else self.model.disable_adapters()
             try:
                 yield
             finally:
-                self.model.enable_adapters()
+                switch(True) if switch else self.model.enable_adapters()
         else:
             with swapped(self.params, self.weights):
                 yield

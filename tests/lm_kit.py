@@ -69,12 +69,15 @@ def write_rows(path, n: int = 8, chat: bool = False, **extra) -> Path:
     return Path(path)
 
 
-#: a verl-style per-sample scorer: 1 when the response's last number is the ground truth
+#: a verl-style per-sample scorer, graded so that a random model's responses differ: 1 when the response's last number is
+#: the ground truth, else the fraction of its characters that are digits (a signal a few updates can follow)
 REWARD_FILE = """
 import re
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     found = re.findall(r"-?\\d+", solution_str)
-    return float(bool(found) and found[-1] == str(ground_truth))
+    if found and found[-1] == str(ground_truth):
+        return 1.0
+    return sum(c.isdigit() for c in solution_str) / max(1, len(solution_str))
 """

@@ -14,8 +14,8 @@ A row's prompt is a string (tokenised as is) or a list of chat messages (``[{"ro
 by the tokenizer's chat template with the generation prompt; a batch of both kinds is refused, as is a prompt longer
 than ``sample.max_prompt_length`` or than the model's context with the response, and a tokenizer without a pad token.
 
-LoRA is attached with transformers' own peft integration (``model.add_adapter``), so the reference policy is the model
-with its adapter switched off (``reference.Reference``) and ``final/`` is peft's format: ``PeftModel.from_pretrained(
+LoRA is injected with peft (``inject_adapter_in_model``), so the reference policy is the model with its adapter
+switched off (``set_adapters``, ``reference.Reference``) and ``final/`` is peft's format: ``PeftModel.from_pretrained(
 AutoModelForCausalLM.from_pretrained(base), final)`` loads it. A full fine-tune's ``final/`` is the model and its
 tokenizer (``AutoModelForCausalLM.from_pretrained(final)``). FSDP2 shards the decoder layers: the model's own
 ``_no_split_modules`` (Qwen2DecoderLayer, LlamaDecoderLayer, …).
@@ -253,15 +253,25 @@ class CausalLMPolicy:
 
     # ---- LoRA and export -----------------------------------------------------------------------------------
     def add_lora(self, *, rank: int, alpha: float, target_modules, dropout: float = 0.0) -> None:
-        """A peft LoRA adapter named "default" on the model (base weights frozen), through transformers' integration."""
-        from peft import LoraConfig
+        """A peft LoRA adapter named "default" injected into the model (base weights frozen). peft's own injection, not
+        transformers' ``add_adapter``, which refuses the peft releases before 0.22 (transformers 5.24)."""
+        from peft import LoraConfig, inject_adapter_in_model
 
         targets = list(target_modules) or list(self.default_lora_targets)
         self.model.requires_grad_(False)
         config = LoraConfig(
             r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM"
         )
-        self.model.add_adapter(config)
+        inject_adapter_in_model(config, self.model, adapter_name="default")
+        self.model.peft_config = {"default": config}  # what save_lora (peft's state-dict helper) reads
+
+    def set_adapters(self, enabled: bool) -> None:
+        """Switch the LoRA layers on or off (``reference.Reference``: the reference is the model with them off)."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        for module in self.model.modules():
+            if isinstance(module, BaseTunerLayer):
+                module.enable_adapters(enabled)
 
     def save_lora(self, out_dir, model: torch.nn.Module, state_dict: dict | None = None) -> None:
         """peft's adapter files (adapter_config.json + adapter_model.safetensors) and the tokenizer: loadable with

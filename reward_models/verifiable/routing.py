@@ -155,7 +155,9 @@ class VerifiableReward:
 @register("verifiable")
 def verifiable(routes: dict[str, str] | None = None, unknown: str = "error", workers: int = 2, **sandbox):
     """Factory of the ``verifiable`` reward. ``sandbox``: fields of :class:`SandboxLimits` (``wall_s``, ...)."""
-    return VerifiableReward(routes=routes, unknown=unknown, workers=workers, **sandbox)
+    from reward_models.video import declare_kinds
+
+    return declare_kinds(VerifiableReward(routes=routes, unknown=unknown, workers=workers, **sandbox), "text")
 
 
 __all__ = ["DATA_SOURCES", "VerifiableReward", "check_sandbox", "verifiable"]
