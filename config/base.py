@@ -188,6 +188,9 @@ def get_config():
     train.clip_range_high = 0.0
     train.adv_clip_max = 5.0  # advantages are clipped to [−adv_clip_max, adv_clip_max]
     train.adv_mode = "zscore"  # "zscore" | "mean" | "global_std" | "buffer" | "running" (ddpo_grpo/advantages.py)
+    # how zscore / global_std divide by a std: "max" = max(σ, 1e-6), σ the population std (ddof 0); "verl" = s + 1e-6
+    # and "trl" = s + 1e-4, s the sample std (ddof 1), as those libraries compute GRPO's advantage
+    train.adv_std_rule = "max"
     train.adv_buffer_size = 32  # "buffer" mode: rewards remembered per prompt across epochs
     train.adv_min_count = 16  # "buffer" mode: below this many, fall back to the batch's mean/std
     train.adv_ema_decay = 0.9  # "running" mode: decay of the running reward mean/variance

@@ -15,7 +15,6 @@ grpo        verl's GRPO on GSM8K, ``examples/grpo_trainer/run_qwen2-7b.sh`` (vol
             use_kl_loss with kl_loss_coef 0.001 and kl_loss_type low_var_kl; entropy_coeff 0; loss_agg_mode
             token-mean; norm_adv_by_std_in_grpo True; max prompt 512 and response 1024 tokens; total_epochs 15
             over GSM8K's 7473 training problems = 15 × ⌊7473 / 1024⌋ = 105 steps (drop_last); temperature 1.0, top_p 1.
-            Departure: our group std is the population std (ddof 0), verl's torch.std is ddof 1 (docs/language_models.md).
 dr_grpo     Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): grpo without the two length / difficulty
             biases: advantages r − mean (no std), loss seq-mean-token-sum-norm (Σ_t / max response length), no KL.
 reinforce   the simplified "GRPO" of nanochat's ``scripts/chat_rl.py`` (karpathy/nanochat): no reference and no KL,
@@ -72,6 +71,7 @@ def grpo():
     t.kl_estimator = "low_var_kl"
     t.loss_aggregation = "token-mean"
     t.adv_mode = "zscore"
+    t.adv_std_rule = "verl"  # (r − mean) / (torch.std + 1e-6): verl's compute_grpo_outcome_advantage
     t.gradient_checkpointing = True
     config.distributed.strategy = "fsdp"
     return sized(

@@ -16,6 +16,7 @@ from ddpo_grpo.heldout import scorer_kwargs, scorer_names
 from ddpo_grpo.kernels import BOUNDED_NOISE, FLOW_KERNELS, KERNELS
 from ddpo_grpo.losses import AGGREGATIONS, FORWARD_OBJECTIVES, KL_ESTIMATORS
 from ddpo_grpo.policies.settings import VAE_DTYPES, noise_level_in_range
+from ddpo_grpo.stat_tracker import STD_RULES
 from ddpo_grpo.token_losses import AGGREGATIONS as TOKEN_AGGREGATIONS
 from ddpo_grpo.token_losses import TOKEN_KL_ESTIMATORS
 from foundation.errors import ConfigError
@@ -96,6 +97,7 @@ def _choices(p: list[str], config) -> None:
     if s.get("sde_type") is not None:
         _choice(p, "sample.sde_type", s.sde_type, FLOW_KERNELS)
     _choice(p, "train.adv_mode", t.adv_mode, tuple(ADVANTAGE_MODES))
+    _choice(p, "train.adv_std_rule", t.adv_std_rule, tuple(STD_RULES))
     _choice(p, "train.kl_estimator", t.kl_estimator, (*KL_ESTIMATORS, *TOKEN_KL_ESTIMATORS))  # (language models')
     _choice(p, "train.loss_aggregation", t.loss_aggregation, (*AGGREGATIONS, *TOKEN_AGGREGATIONS))
     _choice(p, "train.reference_update", t.reference_update, REFERENCE_UPDATES)

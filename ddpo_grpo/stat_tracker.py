@@ -1,6 +1,7 @@
 """``PerPromptStatTracker``: rewards in, group-relative advantages out, with the mode's state across batches.
 
-A_i = 0 where the sample's reference rewards are flat, else (r_i − c_i) / max(s_i, eps), optionally clipped; the
+A_i = 0 where the sample's reference rewards are flat, else (r_i − c_i) / max(s_i, eps) (or verl's / TRL's rule,
+``STD_RULES``), optionally clipped; the
 centre c, scale s and flat flag come from the mode (``advantage_modes.py``, which states the notation and each
 mode's formula). The history modes' state round-trips through ``state_dict``.
 """
@@ -14,7 +15,13 @@ import numpy as np
 
 from ddpo_grpo.advantage_modes import ADVANTAGE_MODES, Groups
 
-__all__ = ["PerPromptStatTracker", "compute_advantages"]
+__all__ = ["STD_RULES", "PerPromptStatTracker", "compute_advantages"]
+
+#: ``train.adv_std_rule``: how the zscore / global_std modes divide by a std. "max": A = (r − c) / max(σ, eps) with the
+#: population σ (ddof 0), the house's rule; "verl": A = (r − c) / (s + 1e-6) with the sample std s (ddof 1, torch.std)
+#: as verl's ``compute_grpo_outcome_advantage``; "trl": (r − c) / (s + 1e-4) as TRL's GRPOTrainer. The value is the
+#: epsilon added (the "max" rule's is the tracker's ``eps``).
+STD_RULES = {"max": 0.0, "verl": 1e-6, "trl": 1e-4}
 
 _STATE_VERSION = 1
 
@@ -45,6 +52,7 @@ class PerPromptStatTracker:
         ema_decay: float = 0.9,
         eps: float = 1e-6,
         clip: float | None = None,
+        std_rule: str = "max",
     ) -> None:
         if mode not in ADVANTAGE_MODES:
             raise ValueError(f"mode={mode!r} is not a known advantage mode; use one of {sorted(ADVANTAGE_MODES)}")
@@ -67,6 +75,9 @@ class PerPromptStatTracker:
         self.ema_decay = float(ema_decay)
         self.eps = float(eps)
         self.clip = None if clip is None else float(clip)
+        if std_rule not in STD_RULES:
+            raise ValueError(f"train.adv_std_rule={std_rule!r} must be one of {sorted(STD_RULES)}")
+        self.std_rule = std_rule
         self._buffers: dict[str, collections.deque[float]] = {}
         self._running_mean: float | None = None
         self._running_var: float | None = None
@@ -97,6 +108,14 @@ class PerPromptStatTracker:
                 raise ValueError(f"prompts[{i}] = {p!r} is a {type(p).__name__}; prompts must be str")
         return rewards
 
+    def _scaled(self, centred: np.ndarray, scale: np.ndarray, groups: Groups) -> np.ndarray:
+        """The centred rewards divided by the mode's scale under ``std_rule`` (``STD_RULES``)."""
+        if self.std_rule == "max" or self.mode not in ("zscore", "global_std"):
+            return centred / np.maximum(scale, self.eps)
+        n = groups.count[groups.index] if self.mode == "zscore" else np.full_like(centred, len(centred))
+        sample_std = scale * np.sqrt(n / np.maximum(n - 1.0, 1.0))  # Bessel: the population std's n → n − 1
+        return centred / (sample_std + STD_RULES[self.std_rule])
+
     def update(self, prompts: Sequence[str], rewards) -> tuple[np.ndarray, dict]:
         """Compute advantages for one batch (and update the mode's state).
 
@@ -117,7 +136,7 @@ class PerPromptStatTracker:
         groups = Groups.build(prompts, rewards)
         self._last_extra = {}
         centre, scale, flat = ADVANTAGE_MODES[self.mode](self, rewards, groups)  # each [N]
-        adv = (rewards - centre) / np.maximum(scale, self.eps)  # [N]
+        adv = self._scaled(rewards - centre, scale, groups)  # [N]
         adv = np.where(flat, 0.0, adv)  # [N]
         frac_clipped = 0.0
         if self.clip is not None:

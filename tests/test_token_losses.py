@@ -91,3 +91,21 @@ def test_draw_inverts_the_cdf_and_keeps_to_the_nucleus():
     nucleus = [int(draw(logits, 1.0, 0.8, torch.tensor([u]))) for u in (0.0, 0.66, 0.67, 0.999)]
     assert nucleus == [1, 1, 2, 2]
     assert int(draw(logits, 1.0, 0.5, torch.tensor([0.999]))) == 1  # the most likely token alone
+
+
+def test_verl_and_trl_std_rules_match_their_formulas():
+    import numpy as np
+
+    from ddpo_grpo.stat_tracker import PerPromptStatTracker
+
+    rewards = np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.5, 0.0, 0.0])
+    prompts = ["a"] * 4 + ["b"] * 4
+    t = torch.tensor(rewards).view(2, 4)
+    centred = t - t.mean(dim=1, keepdim=True)
+    for rule, eps in (("verl", 1e-6), ("trl", 1e-4)):
+        adv, _ = PerPromptStatTracker("zscore", std_rule=rule).update(prompts, rewards)
+        expected = centred / (t.std(dim=1, keepdim=True) + eps)  # torch.std: ddof 1, as verl and TRL use it
+        assert adv.tolist() == pytest.approx(expected.flatten().tolist(), abs=1e-6)
+    house, _ = PerPromptStatTracker("zscore").update(prompts, rewards)
+    population = centred / t.std(dim=1, unbiased=False, keepdim=True)
+    assert house.tolist() == pytest.approx(population.flatten().tolist(), abs=1e-6)

@@ -268,8 +268,9 @@ def _trl_formula(rewards: np.ndarray, scale_rewards: str) -> np.ndarray:
 
 @pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
 def test_advantages_against_trl(trainers, scale_rewards):
-    """TRL's advantages are its formula (ddof = 1, std + 1e-4); ours (ddof = 0, max(std, eps)) equal them for "none"
-    and differ by the factor σ₀ / (σ₀·√(n/(n−1)) + 1e-4) per group otherwise (n the count the std runs over)."""
+    """TRL's advantages are its formula (ddof = 1, std + 1e-4); the house's rule (ddof = 0, max(std, eps)) equals them
+    for "none" and differs by the factor σ₀ / (σ₀·√(n/(n−1)) + 1e-4) per group otherwise (n the count the std runs
+    over); ``train.adv_std_rule = "trl"`` equals them."""
     trl_adv = trainers[1.0].collate(scale_rewards)["advantages"].double().numpy()
     rewards = np.asarray(REWARDS)
     assert np.allclose(trl_adv, _trl_formula(rewards, scale_rewards), atol=1e-6)
@@ -290,3 +291,8 @@ def test_advantages_against_trl(trainers, scale_rewards):
     factor = sigma0 / (sigma0 * math.sqrt(n / (n - 1)) + 1e-4)
     assert np.allclose(trl_adv, ours * factor, atol=1e-6)
     assert gap > 0.05  # the difference is real, not round-off
+    # train.adv_std_rule = "trl" is TRL's formula
+    from ddpo_grpo.stat_tracker import PerPromptStatTracker
+
+    as_trl, _ = PerPromptStatTracker(OUR_ADVANTAGE[scale_rewards], std_rule="trl").update(prompts, rewards)
+    assert np.abs(trl_adv - as_trl.astype(np.float64)).max() <= 1e-6

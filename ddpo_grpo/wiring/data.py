@@ -74,6 +74,7 @@ def build_tracker(config, reward):
         min_count=t.adv_min_count,
         ema_decay=t.adv_ema_decay,
         clip=t.adv_clip_max if t.adv_clip_max > 0 else None,
+        std_rule=t.adv_std_rule,
     )
 
 
