@@ -195,6 +195,10 @@ def get_config():
     train.adv_min_count = 16  # "buffer" mode: below this many, fall back to the batch's mean/std
     train.adv_ema_decay = 0.9  # "running" mode: decay of the running reward mean/variance
     train.beta = 0.0  # KL coefficient β of β·KL(π_θ ‖ π_ref); 0 skips the reference forward entirely
+    # language models: fold β·KL into the reward instead of the loss (verl's algorithm.use_kl_in_reward, kl_penalty
+    # "kl"): each response scores r − β·Σ_t (log π_old(y_t) − log π_ref(y_t)), its k1 sum at sampling time; needs
+    # train.beta > 0 and reward.aggregation "reward"; the loss then has no KL term
+    train.kl_in_reward = False
     train.kl_estimator = "gaussian"  # "k1" | "k2" | "k3" | "gaussian" (closed form, same std)
     train.kl_threshold = (
         0.0  # stop the inner epochs early when the mean per-sample approx KL to the sampler exceeds it; 0 = off

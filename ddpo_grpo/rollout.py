@@ -67,6 +67,10 @@ class Rollout:
         """Statistics of the rollout itself for metrics.jsonl (none for a denoising trajectory)."""
         return {}
 
+    def score_penalty(self):
+        """What the epoch loop subtracts from each sample's combined reward (nothing for a denoising trajectory)."""
+        return None
+
     def select(self, index) -> Rollout:
         """Sub-rollout of the samples in ``index`` (a LongTensor or list of sample indices)."""
         index = torch.as_tensor(index, dtype=torch.long)

@@ -8,6 +8,7 @@ A ``TokenRollout`` of B responses stores, per sample,
     sampler_log_probs  the same, as the KV-cached sampling forward computed them (the gap between the two is
                    ``train/sampler_logp_gap``: how far the cached generation is from the forward the trainer uses)
     finished       True where the response ended by itself (EOS or a stop string), not at max_response_length  [B]
+    penalty        β·Σ_t (log π_old(y_t) − log π_ref(y_t)), the KL the reward pays (train.kl_in_reward; else 0)  [B]
     samples        the response strings (what the rewards score); prompts (rendered), metadata (the rows)
 and offers the interface the update loop uses of any rollout (``len``, ``select``, ``cat``, ``shuffle_steps``,
 ``rows``, ``reward_samples``). A token is a step: the loop's "trained steps" of a response are its masked tokens.
@@ -35,6 +36,7 @@ class TokenRollout:
     log_probs: torch.Tensor
     sampler_log_probs: torch.Tensor
     finished: torch.Tensor
+    penalty: torch.Tensor
     samples: list
     prompts: list
     metadata: list
@@ -55,6 +57,10 @@ class TokenRollout:
 
     def reward_samples(self) -> list[str]:
         return list(self.samples)
+
+    def score_penalty(self):
+        """What the epoch loop subtracts from each response's combined reward [B] (numpy), or None."""
+        return self.penalty.cpu().double().numpy() if bool(self.penalty.any()) else None
 
     def metrics(self) -> dict:
         """The responses' lengths (tokens), the fraction cut at ``max_response_length`` (no EOS or stop), and the
@@ -99,6 +105,7 @@ class TokenRollout:
             log_probs=widen(self.log_probs, 0.0, 0, right),
             sampler_log_probs=widen(self.sampler_log_probs, 0.0, 0, right),
             finished=self.finished,
+            penalty=self.penalty,
             samples=self.samples,
             prompts=self.prompts,
             metadata=self.metadata,
@@ -133,8 +140,11 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch
 
 
 @torch.no_grad()
-def sample_tokens(policy, model, rows: list[dict], *, seeds: list[int], autocast=None, encoded: dict | None = None):
-    """Draw one response per row with ``model`` (the policy's, possibly wrapped) and record it: a ``TokenRollout``."""
+def sample_tokens(
+    policy, model, rows: list[dict], *, seeds: list[int], autocast=None, encoded: dict | None = None, kl_reward=None
+):
+    """Draw one response per row with ``model`` (the policy's, possibly wrapped) and record it: a ``TokenRollout``.
+    ``kl_reward``: (reference.Reference, β) when the KL is folded into the reward (``train.kl_in_reward``)."""
     import contextlib
 
     autocast = autocast or contextlib.nullcontext
@@ -177,6 +187,12 @@ def sample_tokens(policy, model, rows: list[dict], *, seeds: list[int], autocast
     with autocast():  # the trainer's own forward: what the ratio of the first update is taken against
         log_probs, _ = policy.response_logprobs(model, full_ids, full_mask, ids.shape[1])
     rmask = response_mask.float()
+    penalty = torch.zeros(b, device=device)
+    if kl_reward is not None:  # k1 summed over the response, against the reference (verl's kl_penalty "kl")
+        reference, beta = kl_reward
+        with reference.active(), autocast():
+            ref, _ = policy.response_logprobs(reference.model, full_ids, full_mask, ids.shape[1])
+        penalty = beta * ((log_probs.float() - ref.float()) * rmask).sum(dim=1)
     return TokenRollout(
         ids=full_ids,
         mask=full_mask,
@@ -184,6 +200,7 @@ def sample_tokens(policy, model, rows: list[dict], *, seeds: list[int], autocast
         log_probs=(log_probs.float() * rmask),
         sampler_log_probs=torch.stack(sampler_logps, dim=1) * rmask,
         finished=~alive,
+        penalty=penalty,
         samples=policy.decode(response, response_mask),
         prompts=list(enc["text"]),
         metadata=metadata,
@@ -213,6 +230,7 @@ class TokenSampler:
 
     policy: object
     autocast: object = None
+    kl_reward: tuple | None = None  # (reference, β) with train.kl_in_reward
 
     def gathered(self):
         import contextlib
@@ -220,7 +238,9 @@ class TokenSampler:
         return contextlib.nullcontext()
 
     def __call__(self, rows, seeds, generator=None, rng=None, cond: dict | None = None) -> TokenRollout:
-        return sample_tokens(self.policy, self.policy.model, rows, seeds=seeds, autocast=self.autocast)
+        return sample_tokens(
+            self.policy, self.policy.model, rows, seeds=seeds, autocast=self.autocast, kl_reward=self.kl_reward
+        )
 
     def cat(self, rollouts: list[TokenRollout]) -> TokenRollout:
         return TokenRollout.cat(rollouts, pad_id=self.policy.tokenizer.pad_token_id)

@@ -4,7 +4,7 @@ The updater of a causal-LM policy, with the interface of ``updates.py``'s (``pre
 per minibatch, returning the loop's ``MinibatchResult``), so the one update loop (``inner_loop.py``: inner epochs,
 shuffling, accumulation, the KL early stop) drives it unchanged. Per minibatch of B stored responses:
 
-1. the reference's log-probs (``train.beta`` > 0: the model with its LoRA switched off, or the frozen copy of the
+1. the reference's log-probs (``train.beta`` > 0, unless the KL is in the reward, ``train.kl_in_reward``: the model with its LoRA switched off, or the frozen copy of the
    trained weights, ``reference.Reference``) under no_grad, BEFORE the policy's forward (see reference.py);
 2. one forward of the prompts + responses: log π_θ(y_t) [B, L] (``policy.response_logprobs``, the same forward the
    rollout stored its log-probs from) and the entropy;
@@ -13,8 +13,8 @@ shuffling, accumulation, the KL early stop) drives it unchanged. Per minibatch o
    ``train.loss_aggregation`` (token-mean | seq-mean-token-mean | seq-mean-token-sum-norm, C =
    ``train.loss_norm_constant`` or ``sample.max_response_length``), scaled by λ_pg / accumulation steps.
 
-Statistics are per response (a masked mean over its tokens), so the loop's KL early stop and every ``train/*`` mean
-read as for images: ``approx_kl`` (½ (log ρ)² per token), ``clipfrac``, ``ratio``, ``kl``, ``entropy``. The on-policy
+``train/loss`` and ``train/policy_loss`` are the minibatch's aggregated values; the other statistics are per response (a
+masked mean over its tokens), so the loop's KL early stop and every other ``train/*`` mean read as for images: ``approx_kl`` (½ (log ρ)² per token), ``clipfrac``, ``ratio``, ``kl``, ``entropy``. The on-policy
 check (``train/logp_mismatch``) is max |recomputed − stored| over the first minibatch's tokens before any update.
 """
 
@@ -39,7 +39,7 @@ class TokenUpdate:
 
     name = "grpo"
 
-    def __init__(self, ctx, max_response_length: int, clip_range_high: float):
+    def __init__(self, ctx, max_response_length: int, clip_range_high: float, kl_loss: bool = True):
         st = ctx.settings
         if st.objective != "grpo":
             raise ValueError(f"train.objective={st.objective!r}: a language model trains with 'grpo'")
@@ -52,6 +52,7 @@ class TokenUpdate:
         self.clip_low = st.clip_range
         self.clip_high = clip_range_high if clip_range_high > 0 else st.clip_range
         self.norm_constant = st.loss_norm_constant or max_response_length
+        self.kl_loss = kl_loss  # False: the KL is in the reward (train.kl_in_reward), the loss has none
 
     def prepare(self, epoch: int, rollout, advantages: torch.Tensor) -> None:
         """Nothing to prepare: the stored responses and their log-probs are all this objective needs."""
@@ -62,7 +63,7 @@ class TokenUpdate:
         mask = batch.response_mask
         p = batch.prompt_length
         ref = None
-        if ctx.reference is not None:
+        if ctx.reference is not None and self.kl_loss:
             with ctx.reference.active(), torch.no_grad(), ctx.autocast():
                 ref, _ = ctx.policy.response_logprobs(ctx.reference.model, batch.ids, batch.mask, p)
         with contextlib.nullcontext() if sync else _no_sync(ctx.model, ctx.acc):
@@ -78,7 +79,8 @@ class TokenUpdate:
             ctx.acc.backward(loss * weight / st.gradient_accumulation_steps)
         every = torch.ones(len(batch), device=mask.device)
         result.add("loss", torch.full_like(every, float(loss.detach())), every)
-        result.add("policy_loss", _per_response(terms.loss, mask), every)
+        policy = aggregate(terms.loss.detach(), mask, st.loss_aggregation, norm_constant=self.norm_constant)
+        result.add("policy_loss", torch.full_like(every, float(policy)), every)
         result.add("approx_kl", _per_response(terms.approx_kl, mask), every)
         result.add("clipfrac", _per_response(terms.clipped, mask), every)
         result.add("ratio", _per_response(terms.ratio, mask), every)

@@ -206,9 +206,14 @@ class Trainer:
         s = self.config.sample
         every_score = {name: distributed.gather(self.acc, v) for name, v in scores.items()}  # global order
         combined = self.reward.combine(every_score)  # [N], the rewards weighted (once)
+        stats = dict(self.reward.stats(every_score, combined))  # (reward/* before any KL penalty)
+        penalty = ep.rollout.score_penalty()  # a language model's β·KL when train.kl_in_reward (else None)
+        if penalty is not None:
+            penalty = distributed.gather(self.acc, penalty)
+            combined = combined - penalty[: len(combined)]
+            stats["reward/kl_penalty"] = float(np.mean(penalty))
         keys = sample_keys(ep.rows, s.group_size, self.config.train.adv_mode, s.share_group_noise)  # [N]
         advantages, adv_stats = self.tracker(keys[: len(combined)], every_score, combined, self.reward.weights)
-        stats = dict(self.reward.stats(every_score, combined))
         stats.update(adv_stats)
         stats["reward/frac_nan"] = float(np.isnan(combined).mean())
         group_by = self.config.eval.group_by  # the training reward per value of the rows' group field (e.g. task)

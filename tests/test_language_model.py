@@ -189,3 +189,19 @@ def test_bad_input_gets_one_line_and_nothing_is_written(tmp_path, lm_dir, case, 
     assert "Traceback" not in err and re.search(expected, err), err[-2000:]
     assert len([line for line in err.splitlines() if re.search(expected, line)]) == 1
     assert not (tmp_path / "logs" / "run").exists()
+
+
+def test_kl_in_the_reward_is_paid_by_the_score_not_the_loss(tmp_path, lm_dir, capsys):
+    flags = ["--config.train.beta=0.1", "--config.train.kl_in_reward=True", "--config.train.learning_rate=1e-2"]
+    done = run_train(tmp_path, lm_dir, *flags, "--config.train.adam_weight_decay=0")
+    assert done == 0, capsys.readouterr().err[-3000:]
+    lines = [json.loads(line) for line in (tmp_path / "logs" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert "reward/kl_penalty" not in lines[0]  # epoch 0 samples with the reference's own weights: no KL
+    assert lines[1]["reward/kl_penalty"] != 0.0  # after an update the policy has moved away from the reference
+    assert all(line["train/kl"] is None for line in lines)  # NaN (null): no KL term in the loss
+
+
+def test_kl_in_the_reward_needs_a_beta(tmp_path, lm_dir, capsys):
+    assert run_train(tmp_path, lm_dir, "--config.train.kl_in_reward=True", "--config.train.beta=0") == 2
+    assert "train.kl_in_reward=True needs train.beta > 0" in capsys.readouterr().err
+    assert not (tmp_path / "logs" / "run").exists()

@@ -8,7 +8,7 @@ import torch
 from ddpo_grpo.wiring.trainable import Weights, fsdp_compute_dtype
 
 
-def training_sampler(config, policy, autocast):
+def training_sampler(config, policy, autocast, reference=None):
     """The run's ``rollout.Sampler``: sample.* (steps, guidance, the policy's noise level, the SDE window plan,
     the store dtype) bound."""
     from ddpo_grpo.memory import store_dtype
@@ -18,7 +18,8 @@ def training_sampler(config, policy, autocast):
     if policy.sample_kind == "text":
         from ddpo_grpo.token_rollout import TokenSampler
 
-        return TokenSampler(policy, autocast=autocast)
+        kl_reward = (reference, config.train.beta) if config.train.kl_in_reward else None
+        return TokenSampler(policy, autocast=autocast, kl_reward=kl_reward)
     return Sampler(
         policy,
         num_steps=s.num_steps,
@@ -81,5 +82,8 @@ def build_update(config, policy, model, acc, weights: Weights, autocast):
     if policy.sample_kind == "text":
         from ddpo_grpo.token_updates import TokenUpdate
 
-        return TokenUpdate(ctx, config.sample.max_response_length, config.train.clip_range_high), supervised
+        update = TokenUpdate(
+            ctx, config.sample.max_response_length, config.train.clip_range_high, kl_loss=not config.train.kl_in_reward
+        )
+        return update, supervised
     return make_update(ctx), supervised

@@ -89,6 +89,11 @@ def check_language_run(config) -> None:
             f"train.loss_aggregation={t.loss_aggregation!r} for a language model must be one of "
             f"{list(TOKEN_AGGREGATIONS)} (verl's names)"
         )
+    if t.kl_in_reward and (t.beta <= 0 or config.reward.aggregation != "reward"):
+        raise ConfigError(
+            f"train.kl_in_reward=True needs train.beta > 0 (got {t.beta}) and reward.aggregation='reward' (got "
+            f"{config.reward.aggregation!r}): the KL is subtracted from the combined reward"
+        )
     if t.beta > 0 and t.kl_estimator not in TOKEN_KL_ESTIMATORS:
         raise ConfigError(
             f"train.kl_estimator={t.kl_estimator!r} for a language model must be one of {list(TOKEN_KL_ESTIMATORS)}"
