@@ -205,3 +205,20 @@ def test_kl_in_the_reward_needs_a_beta(tmp_path, lm_dir, capsys):
     assert run_train(tmp_path, lm_dir, "--config.train.kl_in_reward=True", "--config.train.beta=0") == 2
     assert "train.kl_in_reward=True needs train.beta > 0" in capsys.readouterr().err
     assert not (tmp_path / "logs" / "run").exists()
+
+
+def test_final_manifest_records_the_language_models_sampling(tmp_path, lm_dir):
+    from ml_collections import ConfigDict
+
+    from ddpo_grpo.checkpoint import final_manifest
+
+    policy = policy_of(lm_dir, temperature=0.7, top_p=0.9, max_prompt_length=16, max_response_length=8, stop=("\n",))
+    config = ConfigDict({"train": {"use_lora": False}, "sample": {}})
+    sampling = final_manifest(config, policy, str(lm_dir))["sampling"]
+    assert sampling == {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_prompt_length": 16,
+        "max_response_length": 8,
+        "stop": ["\n"],
+    }

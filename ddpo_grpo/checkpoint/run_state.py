@@ -239,6 +239,9 @@ def final_manifest(config, policy, model_path: str) -> dict:
         {"kind": "lora", "base_model": canonical_model(model_path)} if config.train.use_lora else {"kind": "full"}
     )
     manifest["pipeline_class"] = type(policy.pipeline).__name__
+    if hasattr(policy, "sampling_manifest"):  # a family with settings of its own (causal language models)
+        manifest["sampling"] = policy.sampling_manifest()
+        return manifest
     manifest["sampling"] = {
         "num_steps": s.eval_num_steps,
         "guidance_scale": s.guidance_scale,

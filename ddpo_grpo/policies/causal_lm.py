@@ -162,6 +162,10 @@ class CausalLMPolicy:
     def preview(self, samples):
         return samples
 
+    def sampling_manifest(self) -> dict:
+        """The sampling settings a run's ``final/`` records (``checkpoint.final_manifest``): sample.* by name."""
+        return {**dataclasses.asdict(self.settings), "stop": list(self.settings.stop)}
+
     def sampling_settings(self) -> list[str]:
         """The sampling settings the run uses (``console.sampling_line``)."""
         s = self.settings
