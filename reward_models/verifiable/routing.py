@@ -111,7 +111,8 @@ class VerifiableReward:
             )
         batch = len(samples)
         scores = np.full(batch, np.nan, dtype=np.float32)
-        info: dict[str, Any] = {"task": [None] * batch, "format": np.full(batch, np.nan, dtype=np.float32)}
+        # "correct" first: the evaluation's headline metric is the first per-sample entry (evaluation.score_batch)
+        info: dict[str, Any] = {"correct": scores, "task": [None] * batch, "format": np.full(batch, np.nan, np.float32)}
         info.update({k: np.full(batch, np.nan, dtype=np.float32) for k in CODE_KEYS})
         jobs, unrouted = [], 0
         for i, row in enumerate(metadata):
@@ -143,6 +144,7 @@ class VerifiableReward:
             for key in ("format", *CODE_KEYS):
                 info[key][i] = row_info[key]
         info["unrouted"] = unrouted
+        info["correct"] = scores.copy()
         return scores, info
 
     def _score_code(self, i: int, truth: Any, samples: list[str]) -> tuple[float, dict]:
