@@ -1,10 +1,11 @@
-"""What ``scripts/evaluate.py`` adds for a language model (``sample_kinds.TEXT_KIND``): its defaults, pass@1, pass@k
-and response length per prompt, their paired differences against --compare's base, and responses.jsonl.
+"""What ``scripts/evaluate.py`` does for a language model (``sample_kinds.TEXT_KIND``): its responses sampled and
+scored (:func:`sample_and_score_text`), pass@1, pass@k and response length per prompt, their paired differences
+against --compare's base, and responses.jsonl.
 
-Defaults (:data:`EXTRAS`, the library's evaluation extras of the "text" kind; an installed package registering
-"text" under ``ddpo_grpo.evaluation_extras`` replaces them): the ``verifiable`` reward, grouped by the rows'
-``data_source``, its score recorded as the per-sample metric ``score`` (:func:`with_score`: the verifiable reward's
-own info holds only ``format`` and a program's test counts). No default prompts: give --prompts.
+Defaults: ``evaluation_extras.TEXT`` (the ``verifiable`` reward, grouped by the rows' ``data_source``; no default
+prompts: give --prompts), unless a package registers "text" extras. Whatever the first reward, its score is recorded
+as the per-sample metric ``score`` (:func:`with_score`: the verifiable reward's own info holds only ``format`` and a
+program's test counts).
 
 Numbers (:func:`text_numbers`, eval.json's "text"): a response *passes* when the first reward's score is ≥
 --pass_threshold (default 1: a correct answer; every test of a program). Per prompt, of its n scored responses
@@ -19,11 +20,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpo_grpo.cli import UsageError
-from ddpo_grpo.evaluation_extras import EvaluationExtras
 from ddpo_grpo.pass_at_k import default_ks, paired_per_prompt, per_prompt, summary
+from ddpo_grpo.sample_kinds import TEXT_KIND
+from ddpo_grpo.sampling_cli import Sampled
+from ddpo_grpo.text_sampling import add_text_flags, check_rows, text_policy
 from foundation.atomic_io import atomic_write_text
 
 #: the per-sample metric a response passes by (the first reward's score, :func:`with_score`)
@@ -31,26 +35,17 @@ SCORE = "score"
 
 
 def with_score(reward):
-    """``reward`` whose per-sample info also holds its score as :data:`SCORE` (its declared sample kinds kept)."""
-    from reward_models.video import KINDS_ATTR
+    """``reward`` whose per-sample info also holds its score as :data:`SCORE`."""
 
     def scored(samples, prompts, metadata):
         scores, info = reward(samples, prompts, metadata)
         return scores, {**(info or {}), SCORE: scores}
 
-    if hasattr(reward, KINDS_ATTR):
-        setattr(scored, KINDS_ATTR, getattr(reward, KINDS_ATTR))
     return scored
-
-
-#: the library's evaluation extras of the "text" kind (module docstring)
-EXTRAS = EvaluationExtras(reward="verifiable", group_by="data_source", per_sample=with_score)
 
 
 def add_text_evaluation_flags(p) -> None:
     """The language-model sampling flags (``text_sampling.add_text_flags``), --pass_k and --pass_threshold."""
-    from ddpo_grpo.text_sampling import add_text_flags
-
     add_text_flags(p)
     group = p.add_argument_group("language models: pass@k")
     group.add_argument(
@@ -76,6 +71,57 @@ def check_pass_flags(args) -> list[int]:
     if ks[0] < 1 or ks[-1] > args.per_prompt:
         raise UsageError(f"--pass_k {args.pass_k!r}: every k must be in 1..--per_prompt ({args.per_prompt})")
     return ks
+
+
+@dataclass
+class TextSampled(Sampled):
+    """A language model's evaluation (``Sampled``: the responses as ``samples``) and, per response, its length in
+    tokens, whether it ended by itself, and the index of its prompt row."""
+
+    lengths: list[int] = field(default_factory=list)
+    finished: list[bool] = field(default_factory=list)
+    prompt_of: list[int] = field(default_factory=list)
+
+
+def sample_and_score_text(pipeline, args, rows: list[dict], rewards: dict, device, max_samples=None) -> TextSampled:
+    """``sampling_cli.sample_and_score`` for a language model: every response of ``evaluation.evaluate`` (--per_prompt,
+    --per_group, --group_by, --seed, --batch_size) scored by every reward (the first's score recorded per response,
+    :func:`with_score`), with its length and prompt index (every response is kept: ``max_samples`` is
+    unused). The pass@k flags are checked first."""
+    from ddpo_grpo.evaluation import Scorers, eval_items, evaluate
+    from reward_models import check_kinds
+
+    check_pass_flags(args)
+    policy = text_policy(pipeline, args)
+    check_rows(policy, rows, args.prompts)
+    pipeline.to(device)
+    try:
+        check_kinds(rewards, TEXT_KIND, type(policy).__name__)
+    except ValueError as exc:
+        raise UsageError(f"--reward: {exc}") from exc
+    first = next(iter(rewards))
+    rewards = {**rewards, first: with_score(rewards[first])}  # its score per response: what passes or fails
+    scorers, lengths, finished = Scorers(rewards, args.group_by), [], []
+
+    def record(rollout) -> None:
+        lengths.extend(int(n) for n in rollout.response_lengths.tolist())
+        finished.extend(bool(f) for f in rollout.finished.tolist())
+
+    _, samples, captions = evaluate(
+        policy,
+        rows,
+        scorers,
+        num_steps=1,  # (unused by a language model)
+        guidance_scale=1.0,
+        per_prompt=args.per_prompt,
+        per_group=args.per_group,
+        group_by=args.group_by,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        on_batch=record,
+    )
+    items = eval_items(rows, args.per_prompt, args.per_group, args.group_by)
+    return TextSampled(scorers, samples, captions, policy, 0, lengths, finished, [i for i, _ in items])
 
 
 def _per_prompt_values(sampled, first: str, threshold: float, ks: list[int]):

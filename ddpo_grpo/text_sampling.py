@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpo_grpo.cli import UsageError
 from ddpo_grpo.run_sampling import TEXT_SAMPLING_KEYS
 from ddpo_grpo.sample_kinds import TEXT_KIND, kind_of_pipeline, write_sample, written_formats
-from ddpo_grpo.sampling_cli import Sampled, resolve_settings
+from ddpo_grpo.sampling_cli import resolve_settings
 
 
 def is_text(pipeline) -> bool:
@@ -108,62 +107,13 @@ def text_policy(pipeline, args):
         raise UsageError(f"{flag}: {exc}") from exc
 
 
-def _check_rows(policy, rows: list[dict], source: str) -> None:
+def check_rows(policy, rows: list[dict], source: str) -> None:
     """Every prompt renders and fits --max_prompt_length (a UsageError naming --prompts), before any sampling."""
     for start in range(0, len(rows), 64):
         try:
             policy.encode_rows(rows[start : start + 64])
         except ValueError as exc:
             raise UsageError(f"--prompts {source!r}: {exc}") from exc
-
-
-@dataclass
-class TextSampled(Sampled):
-    """A language model's evaluation (``Sampled``: the responses as ``samples``) and, per response, its length in
-    tokens, whether it ended by itself, and the index of its prompt row."""
-
-    lengths: list[int] = field(default_factory=list)
-    finished: list[bool] = field(default_factory=list)
-    prompt_of: list[int] = field(default_factory=list)
-
-
-def sample_and_score_text(pipeline, args, rows: list[dict], rewards: dict, device, max_samples=None) -> TextSampled:
-    """``sampling_cli.sample_and_score`` for a language model: every response of ``evaluation.evaluate`` (--per_prompt,
-    --per_group, --group_by, --seed, --batch_size) scored by every reward, with its length and prompt index (every
-    response is kept: ``max_samples`` is unused). The pass@k flags are checked first."""
-    from ddpo_grpo.evaluation import Scorers, eval_items, evaluate
-    from ddpo_grpo.text_evaluation import check_pass_flags
-    from reward_models import check_kinds
-
-    check_pass_flags(args)
-    policy = text_policy(pipeline, args)
-    _check_rows(policy, rows, args.prompts)
-    pipeline.to(device)
-    try:
-        check_kinds(rewards, TEXT_KIND, type(policy).__name__)
-    except ValueError as exc:
-        raise UsageError(f"--reward: {exc}") from exc
-    scorers, lengths, finished = Scorers(rewards, args.group_by), [], []
-
-    def record(rollout) -> None:
-        lengths.extend(int(n) for n in rollout.response_lengths.tolist())
-        finished.extend(bool(f) for f in rollout.finished.tolist())
-
-    _, samples, captions = evaluate(
-        policy,
-        rows,
-        scorers,
-        num_steps=1,  # (unused by a language model)
-        guidance_scale=1.0,
-        per_prompt=args.per_prompt,
-        per_group=args.per_group,
-        group_by=args.group_by,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        on_batch=record,
-    )
-    items = eval_items(rows, args.per_prompt, args.per_group, args.group_by)
-    return TextSampled(scorers, samples, captions, policy, 0, lengths, finished, [i for i, _ in items])
 
 
 def write_text_samples(args, rows: list[dict], pipeline, device) -> list[dict]:
@@ -175,7 +125,7 @@ def write_text_samples(args, rows: list[dict], pipeline, device) -> list[dict]:
         raise UsageError(f"--noise_level {args.noise_level}: a language model samples at --temperature; drop it")
     resolve_text(args)
     policy = text_policy(pipeline, args)
-    _check_rows(policy, rows, args.prompts)
+    check_rows(policy, rows, args.prompts)
     pipeline.to(device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -74,6 +74,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ddpo_grpo import text_evaluation as lm_eval
 from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows
 from ddpo_grpo.evaluation_extras import EvaluationExtras, extras_for
 from ddpo_grpo.report import eval_table, groups_of
@@ -91,8 +92,7 @@ from ddpo_grpo.sampling_cli import (
     sample_and_score,
 )
 from ddpo_grpo.scorer_pairs import between_scorers, format_between, model_against_base, paired_json, without_metrics
-from ddpo_grpo.text_evaluation import add_text_evaluation_flags, format_text, text_numbers, write_responses
-from ddpo_grpo.text_sampling import is_text, resolve_text, sample_and_score_text
+from ddpo_grpo.text_sampling import is_text, resolve_text
 from foundation.atomic_io import atomic_write_text
 
 #: samples in grid.png, at most
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="> 0: a balanced set of N samples per group (each group's prompts cycled, a new seed per pass); 0: every "
         "prompt × --per_prompt (default: the world's for the pipeline's kind; 0 with --limit)",
     )
-    add_text_evaluation_flags(p)
+    lm_eval.add_text_evaluation_flags(p)
     return p
 
 
@@ -325,7 +325,7 @@ def _write(ev: Evaluation, result: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "eval.json", json.dumps(_json_safe(result), indent=2, allow_nan=False) + "\n")
     if ev.text is not None:
-        write_responses(ev.model, out, ev.names[0], ev.args.pass_threshold)
+        lm_eval.write_responses(ev.model, out, ev.names[0], ev.args.pass_threshold)
         return
     per_prompt = ev.args.per_prompt
     nrow = per_prompt if 1 < per_prompt <= 16 else ev.extras.grid_columns
@@ -362,7 +362,7 @@ def _print_report(ev: Evaluation, result: dict) -> None:
     if ev.set_metrics or ev.table is not None:
         print(ev.extras.report(ev.set_metrics, ev.table, title))
     if ev.text is not None:
-        print(format_text(ev.text, ev.text_paired, args))
+        print(lm_eval.format_text(ev.text, ev.text_paired, args))
 
 
 def run(args) -> dict:
@@ -370,7 +370,7 @@ def run(args) -> dict:
     pipeline, rewards, rows, extras = _inputs(args)
     text = is_text(pipeline)
     sampling = resolve_text(args) if text else resolve_and_check(args)
-    sample = sample_and_score_text if text else sample_and_score
+    sample = lm_eval.sample_and_score_text if text else sample_and_score
     device = device_of(args)
     out = Path(args.out) if args.out is not None else default_out(args.model)
     pipeline_class = type(pipeline).__name__
@@ -384,7 +384,7 @@ def run(args) -> dict:
         ev.base = sample(load_model(args.compare), args, rows, rewards, device, max_samples(extras))
     ev.pair()
     ev.world_numbers()
-    ev.text, ev.text_paired = text_numbers(ev.model, ev.base, args, ev.names[0]) if text else (None, {})
+    ev.text, ev.text_paired = lm_eval.text_numbers(ev.model, ev.base, args, ev.names[0]) if text else (None, {})
     result = _result(ev, pipeline_class, rows, sampling, out)
     _write(ev, result, out)
     _print_report(ev, result)

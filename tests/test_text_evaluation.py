@@ -208,3 +208,18 @@ def test_a_runs_final_evaluates_with_the_runs_settings(world, tmp_path, capsys, 
     assert result["text"]["summary"]["all"]["prompts/pass@1"] == 5 and "pass@1" in result["text"]["compare"]["paired"]
     lengths = [json.loads(line)["tokens"] for line in (run / "eval" / "responses.jsonl").read_text().splitlines()]
     assert max(lengths) <= 5
+
+
+def test_text_is_a_core_kind_evaluated_by_verifiable_by_default(world, tmp_path):
+    from ddpo_grpo.evaluation_extras import extras_for
+    from ddpo_grpo.policies import load_pipeline
+    from ddpo_grpo.sample_kinds import kind_of_pipeline, kind_of_samples
+
+    assert kind_of_pipeline(load_pipeline(str(world["model"]))) == "text" and kind_of_samples(["a", "b"]) == "text"
+    assert (extras_for("text").reward, extras_for("text").group_by) == ("verifiable", "data_source")
+    out = tmp_path / "eval"
+    argv = ["--model", str(world["model"]), "--prompts", str(world["rows"]), "--out", str(out), *SHORT]
+    assert evaluate_script.main(argv) == 0
+    result = json.loads((out / "eval.json").read_text())
+    assert (result["args"]["reward"], result["args"]["group_by"]) == ("verifiable", "data_source")
+    assert result["metrics"]["eval/score"] == result["text"]["summary"]["arithmetic"]["pass@1"]  # 0: random weights
