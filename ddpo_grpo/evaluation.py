@@ -194,6 +194,7 @@ def evaluate(
     autocast=None,
     model=None,
     max_samples: int | None = None,
+    on_batch: Callable | None = None,
 ):
     """Sample the items of ``eval_items(rows, per_prompt, per_group, group_by)`` deterministically and score them.
 
@@ -201,7 +202,9 @@ def evaluate(
     contract (None: sample only, the metrics are {}); model: the denoiser to call (default ``policy.denoiser``; pass a wrapped one, e.g. with EMA
     weights applied); autocast: a context-manager factory for mixed precision (None: full precision).
     max_samples: keep only the first that many samples in the returned tensor (all are scored), to
-    bound host memory on large evaluations; None keeps them all.
+    bound host memory on large evaluations; None keeps them all. on_batch: called with each batch's rollout (a
+    ``rollout.Rollout``, or a language model's ``token_rollout.TokenRollout``) in order, e.g. to read the responses'
+    lengths in tokens (``ddpo_grpo/text_sampling.py``).
 
     Returns (metrics, samples, captions): samples as the policy decodes them (images: float
     [N, 3, H, W] in [0, 1]; a language model's: the response strings, drawn at the rollout's temperature from fixed
@@ -230,7 +233,8 @@ def evaluate(
                 if getattr(policy, "sample_kind", "") == "text":  # a language model's responses, at its temperature
                     from ddpo_grpo.token_rollout import sample_tokens
 
-                    samples = sample_tokens(policy, model, batch_rows, seeds=seeds, autocast=autocast).samples
+                    rollout = sample_tokens(policy, model, batch_rows, seeds=seeds, autocast=autocast)
+                    samples = rollout.samples
                 else:
                     rollout = rollout_lib.sample_rollout(
                         policy,
@@ -244,6 +248,8 @@ def evaluate(
                         autocast=autocast,
                     )
                     samples = rollout.samples.detach().float().cpu()  # [b, ...]
+                if on_batch is not None:
+                    on_batch(rollout)
                 if reward is not None:
                     scored.extend(score_batch(samples, batch_rows, reward, group_by))
                 if start < keep:

@@ -6,7 +6,8 @@ pipeline no plug-in kind claims, else the plug-in kind's name). The embedded wor
 ShapesWorld for "image" (``worlds/shapes/extras.py``: its held-out prompts and judge as the defaults) and MotionWorld
 for "motion" (``worlds/motion/extras.py``: its prompts and judge, the physics metrics per sample, the text–motion
 evaluator's set-level numbers and the HumanML3D-style table). Every field is optional; a kind nobody registers
-gets :data:`NONE` (no defaults: --prompts and --reward must then be given).
+gets the library's own extras for it — for "text", a language model's, :data:`TEXT` (the ``verifiable`` reward,
+grouped by ``data_source``) — else :data:`NONE` (no defaults: --prompts and --reward must then be given).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpo_grpo.sample_kinds import TEXT_KIND
 from foundation import plugins
 
 
@@ -83,12 +85,15 @@ class EvaluationExtras:
 
 #: the extras of a kind that no package serves
 NONE = EvaluationExtras()
+#: the library's own extras of a language model's "text" kind, unless a package registers "text": the ``verifiable``
+#: reward, grouped by the rows' ``data_source`` (no default prompts; ``ddpo_grpo/text_evaluation.py``)
+TEXT = EvaluationExtras(reward="verifiable", group_by="data_source")
 
 
 def extras_for(kind: str) -> EvaluationExtras:
-    """The evaluation extras registered for sample kind ``kind``, else :data:`NONE`."""
+    """The evaluation extras registered for sample kind ``kind``, else the library's own for it, else :data:`NONE`."""
     if kind not in plugins.names("evaluation_extras"):
-        return NONE
+        return TEXT if kind == TEXT_KIND else NONE
     what = "ddpo_grpo.evaluation_extras.EvaluationExtras"
     return plugins.load_checked("evaluation_extras", kind, EvaluationExtras, what, named=False)
 

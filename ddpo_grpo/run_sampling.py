@@ -23,6 +23,9 @@ SAMPLING_KEYS = (
     "num_frames",
     "guidance_scale_2",
 )
+#: a language model's sampling settings (its run's sample.temperature, top_p, max_prompt_length, max_response_length,
+#: stop: ``policies.causal_lm.LanguageSettings``), read back like SAMPLING_KEYS (``ddpo_grpo/text_sampling.py``)
+TEXT_SAMPLING_KEYS = ("temperature", "top_p", "max_prompt_length", "max_response_length", "stop")
 
 
 def run_dirs(model: str) -> tuple[Path, Path] | None:
@@ -37,8 +40,18 @@ def run_dirs(model: str) -> tuple[Path, Path] | None:
     return None
 
 
+def default_out(model: str) -> Path:
+    """scripts/evaluate.py's output directory by default: ``<run>/eval`` beside a training run (``model`` its directory
+    or its final/); else ``./eval/<name>`` in the working directory, ``<name>`` the model's last path part: never
+    inside a pipeline directory (a shipped model in the repository, a shared cache)."""
+    dirs = run_dirs(model)
+    if dirs is not None:
+        return dirs[0] / "eval"
+    return Path("eval") / (Path(os.path.expanduser(model)).name or "model")
+
+
 def _from_config(config: dict) -> dict:
-    """The SAMPLING_KEYS of a run's config (as stored in a checkpoint's state.json)."""
+    """The SAMPLING_KEYS and TEXT_SAMPLING_KEYS of a run's config (as stored in a checkpoint's state.json)."""
     sample = config.get("sample", {}) if isinstance(config, dict) else {}
     pick = {
         "num_steps": sample.get("eval_num_steps"),
@@ -50,6 +63,7 @@ def _from_config(config: dict) -> dict:
         "image_guidance_scale": sample.get("image_guidance_scale"),
         "num_frames": sample.get("num_frames"),
         "guidance_scale_2": sample.get("guidance_scale_2"),
+        **{key: sample.get(key) for key in TEXT_SAMPLING_KEYS},
     }
     return {k: v for k, v in pick.items() if v is not None}
 
@@ -60,7 +74,7 @@ def run_sampling_settings(model: str) -> tuple[dict, str]:
     Looked up in order: ``final/ddpo_grpo_final.json``'s ``"sampling"`` object; the ``"config"`` of the run's
     newest complete checkpoint (``<run>/checkpoints/epoch_*/state.json``: ``sample.eval_num_steps`` as
     ``num_steps``, ``sample.guidance_scale``, …); ``({}, "")`` when ``model`` is not a run's output or neither
-    holds them (the scripts' own defaults apply). Only SAMPLING_KEYS are returned; a manifest or state file that
+    holds them (the scripts' own defaults apply). Only SAMPLING_KEYS and TEXT_SAMPLING_KEYS are returned; a manifest or state file that
     is not valid JSON is a UsageError naming it.
     """
     import json
@@ -85,7 +99,8 @@ def run_sampling_settings(model: str) -> tuple[dict, str]:
     manifest = final / FINAL_MANIFEST
     sampling = read(manifest).get("sampling")
     if isinstance(sampling, dict) and sampling:
-        return {k: sampling[k] for k in SAMPLING_KEYS if sampling.get(k) is not None}, str(manifest)
+        keys = SAMPLING_KEYS + TEXT_SAMPLING_KEYS
+        return {k: sampling[k] for k in keys if sampling.get(k) is not None}, str(manifest)
     checkpoints = list_checkpoints(run)
     if checkpoints:
         state = checkpoints[-1] / STATE_FILE

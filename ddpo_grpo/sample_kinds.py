@@ -5,7 +5,11 @@ The library knows three kinds of decoded batches:
 * ``"image"`` — ``[B, 3, H, W]`` in [0, 1]: ``<stem>.png``;
 * ``"video"`` — ``[B, F, 3, H, W]``: ``<stem>.gif``, ``.mp4`` with PyAV (the ``video`` extra), and a filmstrip
   ``.png`` (:func:`ddpo_grpo.video.write_video`);
-* ``"array"`` — anything else: ``<stem>.npy`` (the decoded sample) and ``<stem>.png`` (the policy's preview).
+* ``"array"`` — anything else: ``<stem>.npy`` (the decoded sample) and ``<stem>.png`` (the policy's preview);
+
+and one kind of samples that are not tensors: ``"text"``, a language model's responses (a list of strings), whose
+pipelines are those whose adapter's ``sample_kind`` is "text" (``policies.causal_lm``): no file, the response is the
+index row's ``"response"`` (``ddpo_grpo/text_sampling.py``).
 
 A package adds its own kind through the ``ddpo_grpo.sample_kinds`` entry point (``foundation/plugins.py``), named
 for the kind: a :class:`SampleKind` that recognises its batches (checked after image and video, before array) and
@@ -27,6 +31,8 @@ from foundation import plugins
 
 #: the kind of pipelines that no plug-in kind claims (``kind_of_pipeline``)
 DEFAULT_KIND = "image"
+#: the kind of a language model's samples: response strings
+TEXT_KIND = "text"
 
 
 def _never(pipeline: Any) -> bool:
@@ -57,9 +63,12 @@ def plugin_kinds() -> list[SampleKind]:
 
 
 def kind_of_samples(samples: Any) -> str:
-    """The kind of a decoded batch: "image" ([B, 3, H, W]), "video" ([B, F, 3, H, W]), a plug-in kind, or "array"."""
+    """The kind of a decoded batch: "text" (strings), "image" ([B, 3, H, W]), "video" ([B, F, 3, H, W]), a plug-in
+    kind, or "array"."""
     from foundation.images import is_video
 
+    if isinstance(samples, (list, tuple)) and all(isinstance(s, str) for s in samples):
+        return TEXT_KIND
     if samples.ndim == 4 and samples.shape[1] == 3:
         return "image"
     if is_video(samples):
@@ -68,7 +77,16 @@ def kind_of_samples(samples: Any) -> str:
 
 
 def kind_of_pipeline(pipeline: Any) -> str:
-    """The name of the plug-in kind that claims ``pipeline``'s samples, else :data:`DEFAULT_KIND`."""
+    """:data:`TEXT_KIND` for a pipeline whose adapter samples text (a language model; its adapter's word is final),
+    else the name of the plug-in kind that claims ``pipeline``'s samples, else :data:`DEFAULT_KIND`."""
+    from ddpo_grpo.policies import policy_class
+
+    try:
+        text = getattr(policy_class(pipeline), "sample_kind", None) == TEXT_KIND
+    except ValueError:  # no adapter: not text (loading it fails later, with its own message)
+        text = False
+    if text:
+        return TEXT_KIND
     return next((k.name for k in plugin_kinds() if k.of_pipeline(pipeline)), DEFAULT_KIND)
 
 
@@ -82,9 +100,12 @@ def _save_png(image, path: Path) -> None:
 
 
 def write_sample(sample, kind: str, out: Path, stem: str, title: str, policy, fps: int = 16) -> dict[str, str]:
-    """Write one decoded sample of ``kind`` as the module docstring says; return the index row's file fields."""
+    """Write one decoded sample of ``kind`` as the module docstring says; return the index row's file fields (a text
+    sample: ``{"response": text}``, nothing written)."""
     import numpy as np
 
+    if kind == TEXT_KIND:
+        return {"response": sample}
     if kind == "image":
         _save_png(sample, out / f"{stem}.png")
         return {"file": f"{stem}.png"}
@@ -107,6 +128,8 @@ MP4_HINT = 'no MP4: install the video extra, pip install "ddpo_grpo[video]" (PyA
 def written_formats(kind: str, files: dict[str, str]) -> str:
     """One line saying which formats a sample of ``kind`` was written in (``files``: :func:`write_sample`'s
     return), the index row's main file first; for videos without an MP4, how to get one."""
+    if kind == TEXT_KIND:
+        return 'text samples written as index.jsonl\'s "response" (no files)'
     suffixes = [Path(files["file"]).suffix] + [Path(f).suffix for f in files.values()]
     formats = list(dict.fromkeys(s.lstrip(".").upper() for s in suffixes))
     line = f'{kind} samples written as {" + ".join(formats)} (index.jsonl\'s "file": the {formats[0]})'

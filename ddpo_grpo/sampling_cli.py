@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpo_grpo.cli import UsageError, check_rows_for, native_resolution
-from ddpo_grpo.run_sampling import SAMPLING_KEYS, run_sampling_settings
+from ddpo_grpo.run_sampling import SAMPLING_KEYS, TEXT_SAMPLING_KEYS, run_sampling_settings
 
 #: sampling settings when no flag, run or model (MODEL_SAMPLING_FILE) gives them (resolution None = native)
 DEFAULT_SAMPLING = {
@@ -35,7 +35,8 @@ DEFAULT_SAMPLING = {
     "guidance_scale_2": None,
 }
 #: a pipeline directory's recommended sampling settings: a JSON object of some of ``ddpo_grpo.run_sampling.SAMPLING_KEYS``
-#: (e.g. ``{"kernel": "ddim", "num_steps": 20, "guidance_scale": 2.5}``), the settings its world evaluates with;
+#: (e.g. ``{"kernel": "ddim", "num_steps": 20, "guidance_scale": 2.5}``; a language model's: of TEXT_SAMPLING_KEYS,
+#: e.g. ``{"max_response_length": 64}``), the settings its world evaluates with;
 #: used for a setting no flag and no run gives (a LoRA run's base model's file too). Every shipped model has one.
 MODEL_SAMPLING_FILE = "sampling.json"
 #: --kernel's choices ('' = the family's default)
@@ -143,10 +144,11 @@ def model_sampling_settings(model: str) -> tuple[dict, str]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"--model {model!r}: cannot read {path}: {exc}") from exc
-        unknown = sorted(set(data) - set(SAMPLING_KEYS)) if isinstance(data, dict) else None
+        keys = SAMPLING_KEYS + TEXT_SAMPLING_KEYS
+        unknown = sorted(set(data) - set(keys)) if isinstance(data, dict) else None
         if unknown is None or unknown:
             raise UsageError(
-                f"--model {model!r}: {path} must be a JSON object of sampling settings ({', '.join(SAMPLING_KEYS)})"
+                f"--model {model!r}: {path} must be a JSON object of sampling settings ({', '.join(keys)})"
                 + (f"; unknown: {unknown}" if unknown else "")
             )
         return {k: v for k, v in data.items() if v is not None}, str(path)
@@ -154,13 +156,14 @@ def model_sampling_settings(model: str) -> tuple[dict, str]:
 
 
 def resolve_settings(args, model: str, defaults: dict, out=None) -> dict:
-    """Fill every ``SAMPLING_KEYS`` attribute of ``args`` left None: from the run's own settings when ``model`` is a
-    run's output, else from the model's :data:`MODEL_SAMPLING_FILE`, else from ``defaults``; print one line naming
-    each value's source (flag, run, model, default) and the files read. Returns ``{key: value}`` of those used."""
+    """Fill every attribute of ``args`` named by a key of ``defaults`` (``SAMPLING_KEYS``, or a language model's
+    ``TEXT_SAMPLING_KEYS``) and left None: from the run's own settings when ``model`` is a run's output, else from
+    the model's :data:`MODEL_SAMPLING_FILE`, else from ``defaults``; print one line naming each value's source (flag,
+    run, model, default) and the files read. Returns ``{key: value}`` of those used."""
     run, run_source = run_sampling_settings(model)
     recommended, model_source = model_sampling_settings(model)
     used, origin = {}, {}
-    for key in (k for k in SAMPLING_KEYS if hasattr(args, k)):
+    for key in (k for k in defaults if hasattr(args, k)):
         layers = (("flag", {key: getattr(args, key)} if getattr(args, key) is not None else {}), ("run", run))
         layers += (("model", recommended), ("default", {key: defaults.get(key)}))
         origin[key], value = next((name, layer[key]) for name, layer in layers if key in layer)

@@ -16,7 +16,8 @@ and offers the interface the update loop uses of any rollout (``len``, ``select`
 Sampling: step t draws y_t from softmax(logits / T) restricted to the nucleus (the smallest set of most likely tokens
 whose probability reaches ``top_p``), by inverse-CDF with one uniform number per response from the response's own
 generator, seeded by its seed: a response is the same whichever batch it is drawn in (up to the float arithmetic of
-batching). A response ends at an EOS token, after a stop string, or at ``max_response_length`` tokens.
+batching); with ``greedy`` (evaluation only) the most likely token. A response ends at an EOS token, after a stop
+string, or at ``max_response_length`` tokens.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def sample_tokens(
     lengths = torch.zeros(b, dtype=torch.long, device=device)
     for _ in range(s.max_response_length):
         uniforms = torch.stack([torch.rand((), generator=g) for g in generators])
-        token = draw(logits, s.temperature, s.top_p, uniforms)
+        token = logits.argmax(dim=-1) if s.greedy else draw(logits, s.temperature, s.top_p, uniforms)
         logp = torch.log_softmax(logits.float() / s.temperature, dim=-1).gather(-1, token[:, None]).squeeze(-1)
         token = torch.where(alive, token, torch.full_like(token, pad))
         tokens.append(token)

@@ -57,6 +57,11 @@ motion_test, the strict motion_judge, 100 samples per task, the physics metrics 
 stick-figure filmstrips in grid.png, the text–motion evaluator's set-level numbers (eval.json's "set_metrics", {}
 without its weights) and the HumanML3D-style table with standard errors (eval.json's "table", printed; with
 --compare base | model | paired difference).
+
+Language models (a causal-LM directory or a run's output on one): --prompts rows {prompt, ground_truth, data_source},
+--reward default verifiable, --per_prompt n responses per prompt at the run's settings or --temperature, --greedy, …
+(ddpo_grpo/text_sampling.py); pass@k for each k of --pass_k, mean response length in tokens, with --compare paired
+prompt by prompt (eval.json's "text": ddpo_grpo/text_evaluation.py); responses.jsonl in place of grid.png.
 """
 
 from __future__ import annotations
@@ -69,11 +74,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ddpo_grpo import text_evaluation as lm_eval
 from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows
 from ddpo_grpo.evaluation_extras import EvaluationExtras, extras_for
 from ddpo_grpo.report import eval_table, groups_of
 from ddpo_grpo.reward_flags import load_rewards, reward_names
-from ddpo_grpo.run_sampling import run_dirs
+from ddpo_grpo.run_sampling import default_out
 from ddpo_grpo.sample_kinds import kind_of_pipeline
 from ddpo_grpo.sampling_cli import (
     Sampled,
@@ -86,6 +92,7 @@ from ddpo_grpo.sampling_cli import (
     sample_and_score,
 )
 from ddpo_grpo.scorer_pairs import between_scorers, format_between, model_against_base, paired_json, without_metrics
+from ddpo_grpo.text_sampling import is_text, resolve_text
 from foundation.atomic_io import atomic_write_text
 
 #: samples in grid.png, at most
@@ -146,17 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="> 0: a balanced set of N samples per group (each group's prompts cycled, a new seed per pass); 0: every "
         "prompt × --per_prompt (default: the world's for the pipeline's kind; 0 with --limit)",
     )
+    lm_eval.add_text_evaluation_flags(p)
     return p
-
-
-def default_out(model: str) -> Path:
-    """``<run>/eval`` beside a training run (``model`` its directory or its final/); else ``./eval/<name>`` in the
-    working directory, ``<name>`` the model's last path part: never inside a pipeline directory (a shipped model
-    in the repository, a shared cache)."""
-    dirs = run_dirs(model)
-    if dirs is not None:
-        return dirs[0] / "eval"
-    return Path("eval") / (Path(os.path.expanduser(model)).name or "model")
 
 
 def _check_args(args) -> None:
@@ -262,6 +260,7 @@ class Evaluation:
         self.between = {}  # other scorer -> metric -> paired table (the first against it)
         self.between_gains = {}  # the same of the per-image gains over the base
         self.set_metrics, self.table = {}, None
+        self.text, self.text_paired = None, {}  # a language model's pass@k and lengths (text_evaluation.py)
 
     def pair(self) -> None:
         """The paired tables: the model against the base (with --compare), the first scorer against the others."""
@@ -314,15 +313,20 @@ def _result(ev: Evaluation, pipeline_class: str, rows, sampling: dict, out: Path
         result["compare"] = compare
     if ev.table is not None:
         result["table"] = ev.table
+    if ev.text is not None:
+        result["text"] = ev.text
     return result
 
 
 def _write(ev: Evaluation, result: dict, out: Path) -> None:
-    """eval.json, grid.png and, with --compare, grid_base.png."""
+    """eval.json, grid.png and, with --compare, grid_base.png (a language model: responses.jsonl)."""
     from ddpo_grpo.image_grids import save_grid
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "eval.json", json.dumps(_json_safe(result), indent=2, allow_nan=False) + "\n")
+    if ev.text is not None:
+        lm_eval.write_responses(ev.model, out, ev.names[0], ev.args.pass_threshold)
+        return
     per_prompt = ev.args.per_prompt
     nrow = per_prompt if 1 < per_prompt <= 16 else ev.extras.grid_columns
     for sampled, name in ((ev.model, "grid.png"), (ev.base, "grid_base.png")):
@@ -357,29 +361,34 @@ def _print_report(ev: Evaluation, result: dict) -> None:
     title = f"{args.compare + ' → ' if compare else ''}{args.model}"
     if ev.set_metrics or ev.table is not None:
         print(ev.extras.report(ev.set_metrics, ev.table, title))
+    if ev.text is not None:
+        print(lm_eval.format_text(ev.text, ev.text_paired, args))
 
 
 def run(args) -> dict:
     """Evaluate as ``args`` say, write eval.json and grid.png, print the tables; return the eval.json object."""
     pipeline, rewards, rows, extras = _inputs(args)
-    sampling = resolve_and_check(args)
+    text = is_text(pipeline)
+    sampling = resolve_text(args) if text else resolve_and_check(args)
+    sample = lm_eval.sample_and_score_text if text else sample_and_score
     device = device_of(args)
     out = Path(args.out) if args.out is not None else default_out(args.model)
     pipeline_class = type(pipeline).__name__
-    ev = Evaluation(args, extras, sample_and_score(pipeline, args, rows, rewards, device, max_samples(extras)))
+    ev = Evaluation(args, extras, sample(pipeline, args, rows, rewards, device, max_samples(extras)))
     del pipeline
     _check_scored(ev.model.scorers, args, rows)
     if args.compare is not None:
         print(
             f"comparing with {args.compare} on the same prompts and initial noises, with the same settings", flush=True
         )
-        ev.base = sample_and_score(load_model(args.compare), args, rows, rewards, device, max_samples(extras))
+        ev.base = sample(load_model(args.compare), args, rows, rewards, device, max_samples(extras))
     ev.pair()
     ev.world_numbers()
+    ev.text, ev.text_paired = lm_eval.text_numbers(ev.model, ev.base, args, ev.names[0]) if text else (None, {})
     result = _result(ev, pipeline_class, rows, sampling, out)
     _write(ev, result, out)
     _print_report(ev, result)
-    print(f"wrote {out / 'eval.json'} and {out / 'grid.png'}", flush=True)
+    print(f"wrote {out / 'eval.json'} and {out / ('responses.jsonl' if text else 'grid.png')}", flush=True)
     return result
 
 

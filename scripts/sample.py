@@ -23,6 +23,11 @@ What is written depends on the kind of the decoded samples:
                             (filmstrip); the index row's "file" is the .npy, "gif" / "png" the drawings (none for a
                             non-finite sample)
   anything else             <stem>.npy (the decoded sample) and <stem>.png (the pipeline's preview)
+  text (a language model:   no file: index.jsonl rows {"prompt", "response", "tokens", "finished", "seed"} (+ "index",
+  a causal-LM directory or  "metadata"); --images_per_prompt responses per prompt, at the run's settings or the
+  a run's output on one)    flags --temperature, --top_p, --max_prompt_length, --max_response_length, --stop, --greedy
+                            (ddpo_grpo/text_sampling.py); response k of prompt i is the one scripts/evaluate.py
+                            scores with the same --seed
 
 Examples:
   python scripts/sample.py --model logs/my_run --prompts simple --out samples/my_run --seed 0
@@ -65,6 +70,7 @@ from ddpo_grpo.sampling_cli import (
     run_command,
 )
 from ddpo_grpo.seeding import derive_seed
+from ddpo_grpo.text_sampling import add_text_flags, is_text, write_text_samples
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--sde_type", default=None, help="deprecated: the old name of --kernel for flow models")
     p.add_argument("--fps", type=int, default=16, help="video families: frames per second of the GIF / MP4")
-    p.add_argument("--images_per_prompt", type=int, default=1, help="images per prompt")
+    p.add_argument("--images_per_prompt", type=int, default=1, help="images (responses) per prompt")
+    add_text_flags(p)
     return p
 
 
@@ -110,9 +117,11 @@ def sample(args) -> list[dict]:
 
     _check_args(args)
     rows = load_rows(args.prompts)
-    resolve_and_check(args)  # the run's settings filled in, and checked
     pipeline = load_model(args.model)
     device = device_of(args)
+    if is_text(pipeline):  # a language model: responses in index.jsonl
+        return write_text_samples(args, rows, pipeline, device)
+    resolve_and_check(args)  # the run's settings filled in, and checked
     policy, _ = policy_from_flags(pipeline, args, sde_type=args.sde_type)
     check_rows_for(policy, rows, args.prompts)  # an image-editing model needs rows with source images
     pipeline.to(device)

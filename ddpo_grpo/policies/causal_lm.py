@@ -44,6 +44,9 @@ class LanguageSettings:
     max_prompt_length: int
     max_response_length: int
     stop: tuple[str, ...]
+    #: take the most likely token at each step instead of drawing one (evaluation only, scripts/evaluate.py --greedy:
+    #: no config field sets it, a greedy rollout has no transition to train); log-probs stay at ``temperature``
+    greedy: bool = False
 
     @classmethod
     def from_config(cls, sample) -> LanguageSettings:
