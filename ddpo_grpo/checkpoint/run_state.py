@@ -255,10 +255,6 @@ def final_manifest(config, policy, model_path: str) -> dict:
         "train_num_steps": s.num_steps,
         "noise_level": policy.noise_level,
     }
-    if getattr(policy, "sample_kind", "") == "text":  # a language model's rollout settings, as evaluate.py reads them
-        from ddpo_grpo.run_sampling import TEXT_SAMPLING_KEYS
-
-        manifest["sampling"].update({key: getattr(policy.settings, key) for key in TEXT_SAMPLING_KEYS})
     return manifest
 
 

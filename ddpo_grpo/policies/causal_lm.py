@@ -167,7 +167,13 @@ class CausalLMPolicy:
 
     def sampling_manifest(self) -> dict:
         """The sampling settings a run's ``final/`` records (``checkpoint.final_manifest``): sample.* by name."""
-        return {**dataclasses.asdict(self.settings), "stop": list(self.settings.stop)}
+        from ddpo_grpo.run_sampling import TEXT_SAMPLING_KEYS
+
+        return {
+            key: list(value) if key == "stop" else value
+            for key, value in dataclasses.asdict(self.settings).items()
+            if key in TEXT_SAMPLING_KEYS
+        }
 
     def sampling_settings(self) -> list[str]:
         """The sampling settings the run uses (``console.sampling_line``)."""
