@@ -130,9 +130,9 @@ def test_pretraining_is_reproducible():
 
 @pytest.mark.slow
 def test_the_shipped_model_lands_in_the_documented_held_out_range():
-    """README.md's base figures: held-out pass@1 at temperature 1 in 20–50 %, pass@8 at least twice as high."""
+    """README.md's base figures: held-out pass@1 at temperature 1 in 20–50 %, pass@8 at least 10 points higher."""
     from worlds.arithmetic.measure import load, measure
 
     torch.set_num_threads(1)
     res = measure(*load(BASE), problems.test_rows(), k=8, seed=0)
-    assert 0.2 <= res["pass@1"] <= 0.5 and res["pass@8"] >= min(1.0, 2 * res["pass@1"]), res
+    assert 0.2 <= res["pass@1"] <= 0.5 and res["pass@8"] >= res["pass@1"] + 0.1, res
