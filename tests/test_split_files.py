@@ -14,6 +14,7 @@ from ddpo_grpo.split_files import read_rows, write_rows
 WORLDS = {
     "worlds.shapes.grammar": ("shapes_train.jsonl", "shapes_test.jsonl"),
     "worlds.motion.grammar": ("motion_train.jsonl", "motion_test.jsonl"),
+    "worlds.arithmetic.problems": ("arithmetic_train.jsonl", "arithmetic_test.jsonl"),
     "worlds.shapes_i2i.data": ("restore_train.jsonl", "restore_test.jsonl", "edit_train.jsonl", "edit_test.jsonl"),
 }
 

@@ -10,4 +10,6 @@ in ``pyproject.toml``: its rewards (group ``ddpo_grpo.rewards``) and prompt sour
 * :mod:`worlds.motion` — MotionWorld, text-to-motion in HumanML3D's format (spec: ``worlds/motion/README.md``).
 * :mod:`worlds.shapes_i2i` — image-conditioned ShapesWorld: restoration and instruction editing rows, their rewards
   and the shipped InstructPix2Pix model (spec: ``worlds/shapes_i2i/README.md``).
+* :mod:`worlds.arithmetic` — ArithmeticWorld, arithmetic word problems for language-model GRPO and the shipped tiny
+  Qwen2 model (spec: ``worlds/arithmetic/README.md``).
 """
