@@ -47,9 +47,10 @@ class LanguageModel:
         self.tokenizer = tokenizer
 
     @classmethod
-    def from_pretrained(cls, directory: str, torch_dtype=None) -> LanguageModel:
+    def from_pretrained(cls, directory: str, torch_dtype=None, model: torch.nn.Module | None = None) -> LanguageModel:
         """Read the model (in ``torch_dtype``: one dtype, or a per-component dict whose "model" / "default" entry
-        applies) and its tokenizer from ``directory``."""
+        applies) and its tokenizer from ``directory``; ``model``: a module to use instead of reading the model (the
+        gathered weights of a sharded run, ``load_pipeline(components=…)``)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging
 
@@ -58,7 +59,8 @@ class LanguageModel:
         if isinstance(torch_dtype, dict):
             torch_dtype = torch_dtype.get("model", torch_dtype.get("default"))
         kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
-        model = AutoModelForCausalLM.from_pretrained(directory, **kwargs)
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(directory, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(directory)
         model.eval()
         return cls(model, tokenizer)

@@ -206,15 +206,19 @@ def _plain_class(module: torch.nn.Module) -> type:
 
 
 def whole_from(module: torch.nn.Module, state: dict) -> torch.nn.Module:
-    """A plain CPU instance of ``module``'s diffusers class and config whose every parameter and persistent buffer
-    is the tensor of ``state`` (assigned, not copied; non-persistent buffers as ``__init__`` computes them):
-    a sharded model's gathered weights as a model ``save_pretrained`` can write."""
+    """A plain CPU instance of ``module``'s class and config (a diffusers model, or a transformers one such as a
+    causal language model) whose every parameter and persistent buffer is the tensor of ``state`` (assigned, not
+    copied; non-persistent buffers as ``__init__`` computes them; tied weights tied again): a sharded model's
+    gathered weights as a model ``save_pretrained`` can write."""
     from accelerate import init_empty_weights
     from diffusers.models.modeling_utils import no_init_weights
 
     cls = _plain_class(module)
+    build = getattr(cls, "from_config", None) or cls._from_config  # (diffusers' name; transformers' own)
     with no_init_weights(), init_empty_weights(include_buffers=False):
-        whole = cls.from_config(module.config)
+        whole = build(module.config)
     whole.load_state_dict(state, strict=True, assign=True)
+    if hasattr(whole, "tie_weights"):  # (assigning the two names of a tied weight unties them)
+        whole.tie_weights()
     whole.eval()
     return whole

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ddpo_grpo import console, distributed, planner, wiring
+from ddpo_grpo import console, distributed, health, planner, wiring
 from ddpo_grpo.advantages import group_means, sample_keys
 from ddpo_grpo.cadence import every
 from ddpo_grpo.checkpoint import final_manifest, list_checkpoints
@@ -73,6 +73,7 @@ class Trainer:
         if plan:  # the memory planner's line (ddpo_grpo/planner; None on other processes or when it cannot plan)
             self.log(plan)
         self.progress = console.progress(self.main and config.logging.progress)
+        self.health = health.for_run(config, self.policy, self.main)  # a language model's health ranges (else None)
 
     def log(self, line: str) -> None:
         if self.acc.is_main_process:
@@ -138,6 +139,8 @@ class Trainer:
         metrics.update(self.finish_epoch(epoch, timing))
         metrics["perf/epoch_s"] = time.perf_counter() - start
         metrics["progress/images_seen"] = (epoch + 1) * self.totals["images_per_epoch"]
+        if self.health is not None:
+            self.health.check(epoch, metrics)
         self.logger.log(metrics, epoch=epoch, global_step=self.global_step)
         self.log(f"{console.summary(epoch, metrics)} ({clock.tick(epoch, metrics['perf/epoch_s'])})")
         self.hooks.grid(epoch, self.logger, self.global_step)

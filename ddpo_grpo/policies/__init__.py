@@ -204,7 +204,7 @@ def load_pipeline(model: str, torch_dtype=None, components: dict | None = None):
 
     base, lora_dir = resolve_model(model)
     if is_causal_lm(base):
-        pipeline = LanguageModel.from_pretrained(base, torch_dtype=torch_dtype)
+        pipeline = LanguageModel.from_pretrained(base, torch_dtype=torch_dtype, **(components or {}))
     elif is_factory_spec(base):
         pipeline = _from_factory(base)
         if components:
