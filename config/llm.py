@@ -20,7 +20,7 @@ dr_grpo     Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): g
 reinforce   the simplified "GRPO" of nanochat's ``scripts/chat_rl.py`` (karpathy/nanochat): no reference and no KL,
             one pass over the samples (on-policy, so the clip never acts), advantage r − mean, token-mean.
 quick       the embedded arithmetic world (worlds/arithmetic): its shipped tiny model, train / held-out prompts, the
-            math reward; sized for minutes on a 2-core CPU.
+            verifiable (math) reward; sized for minutes on a 2-core CPU. quick_reinforce: the same as ``reinforce``.
 
 Per-process numbers follow WORLD_SIZE (config/recipes.py): the global sizes above are fixed.
 """
@@ -98,8 +98,51 @@ def reinforce():
     return config
 
 
+def quick():
+    """ArithmeticWorld on a 2-core CPU: the shipped tiny Qwen2 (1.0 M parameters, full fine-tune in fp32), GRPO as
+    ``grpo`` (std-normalised advantages by verl's rule, KL loss 0.001 low_var_kl, clip 0.2, token-mean) at CPU size:
+    32 prompts × 8 responses per epoch, two optimizer steps of 128 responses, AdamW lr 2e-4 (a 1 M-parameter model moves
+    slowly at 1e-6; 5e-4 lowered the training reward: docs/experiments/2026-11-27-language-models.md), responses ≤ 48
+    tokens (the worked answers are ≤ ~30), the held-out split evaluated every 15 epochs (400 prompts, 2 responses each,
+    fixed seeds: paired with the untrained model)."""
+    from worlds.arithmetic import ARITHMETIC_BASE
+
+    config = grpo()
+    config.pretrained.model = ARITHMETIC_BASE
+    config.prompts.source = "arithmetic_train"
+    config.eval.prompts = "arithmetic_test"
+    config.eval.per_prompt = 2
+    config.mixed_precision = "no"
+    config.distributed.strategy = "ddp"
+    config.save_freq = 15
+    s, t = config.sample, config.train
+    s.group_size = 8
+    s.batch_size = 64
+    s.max_prompt_length = 64
+    s.max_response_length = 48
+    t.batch_size = 64
+    t.learning_rate = 2e-4
+    t.gradient_checkpointing = False
+    return sized(config, epochs=60, per_epoch=32 * 8, per_step=128, eval_freq=15)
+
+
+def quick_reinforce():
+    """``quick`` as nanochat's simplified GRPO (``reinforce``): no reference and no KL, advantages r − mean."""
+    config = quick()
+    t = config.train
+    t.beta = 0.0
+    t.adv_mode = "mean"
+    return config
+
+
 def get_config(name: str = "grpo"):
-    recipes = {"grpo": grpo, "dr_grpo": dr_grpo, "reinforce": reinforce}
+    recipes = {
+        "grpo": grpo,
+        "dr_grpo": dr_grpo,
+        "reinforce": reinforce,
+        "quick": quick,
+        "quick_reinforce": quick_reinforce,
+    }
     if name not in recipes:
         raise ValueError(f"config/llm.py has no recipe {name!r}; recipes: {sorted(recipes)}")
     return recipes[name]()

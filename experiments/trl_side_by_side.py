@@ -126,6 +126,10 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-base-eval", action="store_true", help="skip the held-out evaluation before training")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (ours: train.adam_weight_decay)")
+    p.add_argument(
+        "--save", default="", help="also save the trained model and tokenizer here (for scripts/evaluate.py)"
+    )
     return p.parse_args(argv)
 
 
@@ -160,7 +164,9 @@ def main(argv=None) -> dict:
         lr_scheduler_type="constant",
         warmup_steps=0,
         max_grad_norm=args.max_grad_norm,
+        weight_decay=args.weight_decay,
         beta=args.beta,
+        use_bias_correction_kl=False,  # plain k3, as ours (TRL 1.16's default multiplies the KL by the ratio)
         loss_type=args.loss_type,
         scale_rewards=args.scale_rewards,
         epsilon=args.epsilon,
@@ -188,6 +194,9 @@ def main(argv=None) -> dict:
     result["train_wall_s"] = time.perf_counter() - start
     result["responses_generated"] = steps * per_step
     result["final"] = evaluate(trainer.model, tokenizer, heldout_rows, args)
+    if args.save:
+        trainer.model.save_pretrained(args.save)
+        tokenizer.save_pretrained(args.save)
     result["log"] = [entry for entry in trainer.state.log_history if "reward" in entry or "loss" in entry]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
