@@ -136,7 +136,8 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch
         sorted_probs = sorted_probs * (before < top_p)
     cdf = sorted_probs.cumsum(dim=-1)
     target = (uniforms.to(cdf) * cdf[:, -1]).unsqueeze(-1)
-    pick = torch.searchsorted(cdf, target, right=True).clamp_max(cdf.shape[-1] - 1)
+    last = (sorted_probs > 0).sum(dim=-1, keepdim=True) - 1  # the nucleus's last token: a rounding up lands here
+    pick = torch.minimum(torch.searchsorted(cdf, target, right=True), last)
     return order.gather(-1, pick).squeeze(-1)
 
 
@@ -232,16 +233,20 @@ class TokenSampler:
     policy: object
     autocast: object = None
     kl_reward: tuple | None = None  # (reference, β) with train.kl_in_reward
+    #: a sharded model's context that keeps it gathered over a batch (``sharding.gathered`` with the run's settings:
+    #: distributed.gather_for_sampling), else None: without it every token's forward all-gathers every layer
+    gathered_by: object = None
 
     def gathered(self):
         import contextlib
 
-        return contextlib.nullcontext()
+        return self.gathered_by() if self.gathered_by is not None else contextlib.nullcontext()
 
     def __call__(self, rows, seeds, generator=None, rng=None, cond: dict | None = None) -> TokenRollout:
-        return sample_tokens(
-            self.policy, self.policy.model, rows, seeds=seeds, autocast=self.autocast, kl_reward=self.kl_reward
-        )
+        with self.gathered():
+            return sample_tokens(
+                self.policy, self.policy.model, rows, seeds=seeds, autocast=self.autocast, kl_reward=self.kl_reward
+            )
 
     def cat(self, rollouts: list[TokenRollout]) -> TokenRollout:
         return TokenRollout.cat(rollouts, pad_id=self.policy.tokenizer.pad_token_id)

@@ -109,3 +109,9 @@ def test_verl_and_trl_std_rules_match_their_formulas():
     house, _ = PerPromptStatTracker("zscore").update(prompts, rewards)
     population = centred / t.std(dim=1, unbiased=False, keepdim=True)
     assert house.tolist() == pytest.approx(population.flatten().tolist(), abs=1e-6)
+
+
+def test_a_uniform_rounded_up_stays_inside_the_nucleus():
+    logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]]))
+    assert int(draw(logits, 1.0, 0.8, torch.tensor([1.0]))) == 2  # not token 0, outside the nucleus {1, 2}
+    assert int(draw(logits, 1.0, 1.0, torch.tensor([1.0]))) == 0

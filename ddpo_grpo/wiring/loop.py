@@ -16,10 +16,19 @@ def training_sampler(config, policy, autocast, reference=None):
 
     s, d = config.sample, config.distributed
     if policy.sample_kind == "text":
+        import functools
+
+        from ddpo_grpo import sharding
         from ddpo_grpo.token_rollout import TokenSampler
 
         kl_reward = (reference, config.train.beta) if config.train.kl_in_reward else None
-        return TokenSampler(policy, autocast=autocast, kl_reward=kl_reward)
+        gathered_by = None
+        if d.gather_for_sampling and gather_fits(config, policy):
+            plain = fsdp_compute_dtype(config) is None
+            gathered_by = functools.partial(
+                sharding.gathered, policy.denoiser, reshard_after_forward=d.reshard_after_forward, plain=plain
+            )
+        return TokenSampler(policy, autocast=autocast, kl_reward=kl_reward, gathered_by=gathered_by)
     return Sampler(
         policy,
         num_steps=s.num_steps,
