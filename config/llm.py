@@ -112,6 +112,7 @@ def quick():
     config.prompts.source = "arithmetic_train"
     config.eval.prompts = "arithmetic_test"
     config.eval.per_prompt = 2
+    config.eval.reward = "verifiable,arithmetic"  # the training reward and the world's own judge (reward.py), paired
     config.mixed_precision = "no"
     config.distributed.strategy = "ddp"
     config.save_freq = 15

@@ -10,7 +10,7 @@ from ._clip_backbones import resolve_dtype
 from .aesthetic import AestheticMLP
 from .contract import RewardFactory, RewardFn, coerce_scores, per_sample_entries, to_pil, to_uint8
 from .registry import REGISTRY, MultiReward, build_reward, check_reward_spec, load_reward, register
-from .video import check_kinds, for_sample_kind
+from .video import check_kinds, declare_kinds, for_sample_kind
 
 # (importing only registers factories: model weights load when a reward is built)
 
@@ -24,6 +24,7 @@ __all__ = [
     "check_kinds",
     "check_reward_spec",
     "coerce_scores",
+    "declare_kinds",
     "for_sample_kind",
     "load_reward",
     "per_sample_entries",

@@ -136,3 +136,16 @@ def test_the_shipped_model_lands_in_the_documented_held_out_range():
     torch.set_num_threads(1)
     res = measure(*load(BASE), problems.test_rows(), k=8, seed=0)
     assert 0.2 <= res["pass@1"] <= 0.5 and res["pass@8"] >= res["pass@1"] + 0.1, res
+
+
+def test_the_worlds_judge_is_a_second_scorer_of_the_same_responses():
+    """``arithmetic`` (the world's rule: the first ``####``) and ``verifiable`` (the last) agree on well-formed answers
+    and part where a response writes two answers: two scorers that share no code."""
+    from reward_models import load_reward
+
+    rows = [{"prompt": "q", "ground_truth": "5", "data_source": "arithmetic", "extra_info": {"held_out": "number"}}] * 3
+    responses = ["\n2 + 3 = 5\n#### 5", "#### 5\n#### 7", "#### 7\n#### 5"]
+    world, info = load_reward("arithmetic")(responses, ["q"] * 3, rows)
+    core, _ = load_reward("verifiable")(responses, ["q"] * 3, rows)
+    assert world.tolist() == [1.0, 1.0, 0.0] and core.tolist() == [1.0, 0.0, 1.0]
+    assert info["held_out"] == ["number"] * 3
