@@ -53,10 +53,11 @@ RANGES = (
     ),
     HealthRange(
         "train/entropy",
-        0.05,
+        1 / 3,
         None,
-        "the policy's entropy has collapsed (nats per token): every response is nearly the same",
+        "the policy's entropy has collapsed below a third of its first epoch's: the responses of a group become the same",
         "raise sample.temperature or train.clip_range_high, or lower train.learning_rate",
+        relative=True,  # (a small model's answers start near-deterministic: ArithmeticWorld's base is at 0.04 nats)
     ),
     HealthRange(
         "train/entropy",
@@ -121,7 +122,8 @@ class HealthCheck:
                 continue
             self.warned.add(i)
             hi = "inf" if high is None else f"{high:g}"
-            where = f" ({r.high:g}x its first value {scale:.4g})" if r.relative else ""
+            factor = r.high if r.high is not None else r.low
+            where = f" ({factor:.3g}x its first value {scale:.4g})" if r.relative else ""
             lines.append(
                 f"warning: epoch {epoch}: {r.key}={value:.4g} outside [{_bound(low)}, {hi}]{where}: {r.meaning}; "
                 f"{r.remedy}"

@@ -36,7 +36,7 @@ def test_healthy_metrics_warn_nothing():
     [
         ("train/kl", 0.4, r"\[-inf, 0.1\]: .*raise train.beta"),
         ("train/clipfrac", 0.35, r"\[-inf, 0.2\]: .*lower train.learning_rate"),
-        ("train/entropy", 0.01, r"\[0.05, inf\]: .*collapsed.*raise sample.temperature"),
+        ("train/entropy", 0.4, r"\[0.5, inf\] \(0.333x its first value 1.5\): .*collapsed.*raise sample.temperature"),
         ("response/truncated_frac", 0.6, r"\[-inf, 0.3\]: .*raise sample.max_response_length"),
         ("adv/frac_zero_std", 0.95, r"\[-inf, 0.9\]: .*raise sample.group_size"),
         ("train/sampler_logp_gap_max", 0.01, r"\[-inf, 0.001\]: .*cache"),
