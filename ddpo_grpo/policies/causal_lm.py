@@ -241,17 +241,24 @@ class CausalLMPolicy:
         """Position ids of a left-padded batch: 0 at each row's first real token (padding gets 0 too)."""
         return (mask.long().cumsum(dim=-1) - 1).clamp_min(0)
 
-    def logits(self, model, ids: torch.Tensor, mask: torch.Tensor, cache=None, positions=None):
+    def logits(self, model, ids: torch.Tensor, mask: torch.Tensor, cache=None, positions=None, keep: int = 0):
         """(next-token logits [B, S, V], the KV cache) of ``ids`` [B, S]; ``cache``: the KV cache of what came before
-        (``mask`` then covers it too), None for a forward without one. transformers ≥ 5.24 names the cache argument
-        ``cache``, earlier versions ``past_key_values``: the model's signature says which."""
+        (``mask`` then covers it too), None for a forward without one; ``keep`` > 0: the logits of the last ``keep``
+        positions only (transformers' ``logits_to_keep``, where the model takes it: the LM head skips the prompt).
+        transformers ≥ 5.24 names the cache argument ``cache``, earlier versions ``past_key_values``: the model's
+        signature says which."""
         import inspect
 
         if positions is None:
             positions = self.positions(mask)
-        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        params = inspect.signature(self.model.forward).parameters
+        name = "cache" if "cache" in params else "past_key_values"
         kwargs = {name: cache, "use_cache": cache is not None}
+        if keep and "logits_to_keep" in params:
+            kwargs["logits_to_keep"] = keep
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **kwargs)
+        if keep and "logits_to_keep" not in params:
+            return out.logits[:, -keep:], (out.get(name) if cache is not None else None)
         return out.logits, (out.get(name) if cache is not None else None)
 
     def response_logprobs(
@@ -259,7 +266,8 @@ class CausalLMPolicy:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(log π(y_t | x, y_<t) [B, L], entropy [B, L] or None) of the responses in columns P: of ``ids`` [B, P + L],
         at the rollout's temperature: the logits at position P − 1 + t predict response token t."""
-        logits = self.logits(model, ids, mask)[0][:, prompt_length - 1 : -1]  # [B, L, V]
+        length = ids.shape[1] - prompt_length
+        logits = self.logits(model, ids, mask, keep=length + 1)[0][:, :-1]  # positions P − 1 … P + L − 2: [B, L, V]
         tokens = ids[:, prompt_length:]
         t = self.settings.temperature
         return token_logprobs(logits, tokens, t), (token_entropy(logits.detach(), t) if entropy else None)
