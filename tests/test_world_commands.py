@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: world -> the commands its ``python -m worlds.<name>`` offers
 COMMANDS = {
+    "arithmetic": ("pretrain", "measure", "split"),
     "motion": ("pretrain", "train-evaluator", "measure-evaluator", "judge-agreement", "physics", "table"),
     "shapes": ("pretrain", "split", "calibration", "agreement", "train-detector"),
     "shapes_i2i": ("pretrain", "split", "measure"),
