@@ -47,7 +47,8 @@ class TokenUpdate:
             raise ValueError(
                 f"train.loss_aggregation={st.loss_aggregation!r} for a language model must be one of {list(AGGREGATIONS)}"
             )
-        token_kl(torch.zeros(1), torch.zeros(1), st.kl_estimator)  # a ValueError naming the field when unknown
+        if st.beta > 0:  # a ValueError naming the field when unknown (unused without a KL term)
+            token_kl(torch.zeros(1), torch.zeros(1), st.kl_estimator)
         self.ctx = ctx
         self.clip_low = st.clip_range
         self.clip_high = clip_range_high if clip_range_high > 0 else st.clip_range
