@@ -53,21 +53,36 @@ class RunReport:
         """Whether ``finish`` will draw the after-training samples (it does when ``before`` saved the untrained ones)."""
         return (self.run_dir / "report" / "before.safetensors").is_file()
 
-    def _images(self, sample: Callable, verdicts: bool = False):
-        """The fixed prompts' previews and captions: the prompt, and its group (e.g. "[position]") when rows carry one;
-        with ``verdicts`` also ``{"<scorer> <metric>": per-image values}`` of every held-out scorer's first metric."""
+    def _drawn(self, sample: Callable, verdicts: bool = False):
+        """(samples, captions, verdicts) of the fixed prompts; with ``verdicts`` also ``{"<scorer> <metric>": per-sample
+        values}`` of every held-out scorer's first metric (else {})."""
         from ddpo_grpo.evaluation import Scorers
 
         scorers = Scorers(self.scorers, self.group_by) if verdicts and self.scorers else None
         _, samples, captions = sample(self.rows, scorers) if scorers is not None else sample(self.rows)
-        if self.group_by:
-            captions = [f"{c} [{r[self.group_by]}]" if r.get(self.group_by) else c for c, r in zip(captions, self.rows)]
         found = {}
         for name in scorers.scored if scorers is not None else ():
             metric, values = next(iter(scorers.values(name).items()), (None, None))
             if metric is not None:
                 found[f"{name} {metric}"] = [None if math.isnan(v) else v for v in values]
+        return samples, captions, found
+
+    def _images(self, sample: Callable, verdicts: bool = False):
+        """The fixed prompts' previews and captions: the prompt, and its group (e.g. "[position]") when rows carry one;
+        with ``verdicts`` also the held-out scorers' verdicts (``_drawn``)."""
+        samples, captions, found = self._drawn(sample, verdicts)
+        if self.group_by:
+            captions = [f"{c} [{r[self.group_by]}]" if r.get(self.group_by) else c for c, r in zip(captions, self.rows)]
         return (self.preview(samples), captions, found) if verdicts else (self.preview(samples), captions)
+
+    def summarise(self, before_metrics: dict | None, last_metrics: dict) -> None:
+        """metrics.png and the evaluation table before → after (printed): the end of every report."""
+        plot = plot_metrics(self.run_dir, before_metrics, self.group_by)
+        if plot is not None:
+            print(f"reward and evaluation plot: {plot}")
+        if metric_names(last_metrics):
+            print("held-out evaluation, before → after training:")
+            print(eval_table(before_metrics, last_metrics, self.group_by), flush=True)
 
     def before(self, sample: Callable, eval_metrics: dict) -> None:
         """Keep the untrained model's samples and evaluation metrics (atomic writes)."""
@@ -94,12 +109,7 @@ class RunReport:
             after, _, after_verdicts = self._images(sample, verdicts=True)
             notes = verdict_lines(load_verdicts(self.run_dir), after_verdicts, len(captions))
             print(f"before/after samples: {save_before_after(self.run_dir, images, after, captions, notes)}")
-        plot = plot_metrics(self.run_dir, before_metrics, self.group_by)
-        if plot is not None:
-            print(f"reward and evaluation plot: {plot}")
-        if metric_names(last_metrics):
-            print("held-out evaluation, before → after training:")
-            print(eval_table(before_metrics, last_metrics, self.group_by), flush=True)
+        self.summarise(before_metrics, last_metrics)
 
 
 def load_before(run_dir):

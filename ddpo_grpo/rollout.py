@@ -73,33 +73,13 @@ class Rollout:
 
     def select(self, index) -> Rollout:
         """Sub-rollout of the samples in ``index`` (a LongTensor or list of sample indices)."""
-        index = torch.as_tensor(index, dtype=torch.long)
-        picked = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, dict):
-                picked[f.name] = {k: v[index.to(v.device)] for k, v in value.items()}
-            elif isinstance(value, torch.Tensor):
-                picked[f.name] = value[index.to(value.device)]
-            else:
-                picked[f.name] = [value[i] for i in index.tolist()]
-        return Rollout(**picked)
+        return select_samples(self, index)
 
     @staticmethod
     def cat(rollouts: list[Rollout]) -> Rollout:
         """Concatenate rollouts along the sample axis (K is padded to the longest train_steps)."""
         k = max(r.train_steps.shape[1] for r in rollouts)
-        rollouts = [r._pad_train_steps(k) for r in rollouts]
-        joined = {}
-        for f in fields(Rollout):
-            values = [getattr(r, f.name) for r in rollouts]
-            if isinstance(values[0], dict):
-                joined[f.name] = {key: torch.cat([v[key] for v in values]) for key in values[0]}
-            elif isinstance(values[0], torch.Tensor):
-                joined[f.name] = torch.cat(values)
-            else:
-                joined[f.name] = [item for v in values for item in v]
-        return Rollout(**joined)
+        return join_samples([r._pad_train_steps(k) for r in rollouts])
 
     def shuffle_steps(self, gen: torch.Generator) -> Rollout:
         """Permute each sample's trained steps independently (the validity mask moves with them), in place."""
@@ -119,6 +99,36 @@ class Rollout:
         return Rollout(
             **{**{f.name: getattr(self, f.name) for f in fields(self)}, "train_steps": steps, "train_mask": mask}
         )
+
+
+def select_samples(rollout, index):
+    """The dataclass ``rollout`` (any rollout of this library) restricted to the samples in ``index``: its tensors,
+    and the tensors of its dict fields, indexed along their first (sample) axis; its list fields picked."""
+    index = torch.as_tensor(index, dtype=torch.long)
+    picked = {}
+    for f in fields(rollout):
+        value = getattr(rollout, f.name)
+        if isinstance(value, dict):
+            picked[f.name] = {k: v[index.to(v.device)] for k, v in value.items()}
+        elif isinstance(value, torch.Tensor):
+            picked[f.name] = value[index.to(value.device)]
+        else:
+            picked[f.name] = [value[i] for i in index.tolist()]
+    return type(rollout)(**picked)
+
+
+def join_samples(rollouts: list):
+    """Rollouts of one type (already padded alike) concatenated along the sample axis, field by field."""
+    joined = {}
+    for f in fields(rollouts[0]):
+        values = [getattr(r, f.name) for r in rollouts]
+        if isinstance(values[0], dict):
+            joined[f.name] = {key: torch.cat([v[key] for v in values]) for key in values[0]}
+        elif isinstance(values[0], torch.Tensor):
+            joined[f.name] = torch.cat(values)
+        else:
+            joined[f.name] = [item for v in values for item in v]
+    return type(rollouts[0])(**joined)
 
 
 @dataclass

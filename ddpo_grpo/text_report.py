@@ -5,16 +5,15 @@
     before.json        the untrained model's responses, captions (prompts), evaluation metrics and verdicts
     before_after.md    per prompt: the response before and after training, with the held-out scorers' verdicts
 and under ``<run>/samples/`` every ``logging.image_freq`` epochs ``epoch_XXXXX.jsonl`` (``{"prompt", "response"}``).
-The metrics plot and the evaluation table are the image report's (``report.plot_metrics``, ``eval_table``).
+The metrics plot and the evaluation table are the image report's (``RunReport.summarise``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 
-from ddpo_grpo.report import RunReport, eval_table, metric_names, plot_metrics, report_dir
+from ddpo_grpo.report import RunReport, report_dir
 from foundation.atomic_io import atomic_write_text
 
 
@@ -24,17 +23,9 @@ class TextReport(RunReport):
     def has_before(self) -> bool:
         return (self.run_dir / "report" / "before.json").is_file()
 
-    def _responses(self, sample: Callable):
-        """(responses, captions, {"<scorer> <metric>": per-response values}) of the fixed prompts."""
-        from ddpo_grpo.evaluation import Scorers
-
-        scorers = Scorers(self.scorers, self.group_by) if self.scorers else None
-        _, responses, captions = sample(self.rows, scorers) if scorers is not None else sample(self.rows)
-        found = {}
-        for name in scorers.scored if scorers is not None else ():
-            metric, values = next(iter(scorers.values(name).items()), (None, None))
-            if metric is not None:
-                found[f"{name} {metric}"] = [None if math.isnan(v) else v for v in values]
+    def _responses(self, sample: Callable, verdicts: bool = True):
+        """(responses, captions, {"<scorer> <metric>": per-response values}) of the fixed prompts (``_drawn``)."""
+        responses, captions, found = self._drawn(sample, verdicts)
         return list(responses), [str(c) for c in captions], found
 
     def before(self, sample: Callable, eval_metrics: dict) -> None:
@@ -43,7 +34,7 @@ class TextReport(RunReport):
         atomic_write_text(report_dir(self.run_dir) / "before.json", json.dumps(info, indent=2))
 
     def log_grid(self, sample: Callable, logger, *, epoch: int, global_step: int) -> None:
-        responses, captions, _ = self._responses(sample)
+        responses, captions, _ = self._responses(sample, verdicts=False)
         lines = [json.dumps({"prompt": c, "response": r}) for c, r in zip(captions, responses)]
         out = self.run_dir / "samples" / f"epoch_{epoch:05d}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -59,12 +50,7 @@ class TextReport(RunReport):
             out = report_dir(self.run_dir) / "before_after.md"
             atomic_write_text(out, _markdown(captions, before, after, verdicts))
             print(f"before/after responses: {out}")
-        plot = plot_metrics(self.run_dir, before_metrics, self.group_by)
-        if plot is not None:
-            print(f"reward and evaluation plot: {plot}")
-        if metric_names(last_metrics):
-            print("held-out evaluation, before → after training:")
-            print(eval_table(before_metrics, last_metrics, self.group_by), flush=True)
+        self.summarise(before_metrics, last_metrics)
 
 
 def _plain(metrics: dict) -> dict:

@@ -22,11 +22,12 @@ string, or at ``max_response_length`` tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
 from ddpo_grpo.prompts import split_rows
+from ddpo_grpo.rollout import join_samples, select_samples
 
 
 @dataclass
@@ -77,15 +78,7 @@ class TokenRollout:
         }
 
     def select(self, index) -> TokenRollout:
-        index = torch.as_tensor(index, dtype=torch.long)
-        picked = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
-                picked[f.name] = value[index.to(value.device)]
-            else:
-                picked[f.name] = [value[i] for i in index.tolist()]
-        return TokenRollout(**picked)
+        return select_samples(self, index)
 
     def shuffle_steps(self, gen: torch.Generator) -> TokenRollout:
         """(Every token of a minibatch is trained in one forward: there is no order of steps to shuffle.)"""
@@ -117,12 +110,7 @@ class TokenRollout:
         """Concatenate along the samples, each padded to the longest prompt and response."""
         p = max(r.prompt_length for r in rollouts)
         length = max(r.response_mask.shape[1] for r in rollouts)
-        rollouts = [r.padded(p, length, pad_id) for r in rollouts]
-        joined = {}
-        for f in fields(TokenRollout):
-            values = [getattr(r, f.name) for r in rollouts]
-            joined[f.name] = torch.cat(values) if isinstance(values[0], torch.Tensor) else sum(values, [])
-        return TokenRollout(**joined)
+        return join_samples([r.padded(p, length, pad_id) for r in rollouts])
 
 
 def draw(logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch.Tensor) -> torch.Tensor:
@@ -142,9 +130,7 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch
 
 
 @torch.no_grad()
-def sample_tokens(
-    policy, model, rows: list[dict], *, seeds: list[int], autocast=None, encoded: dict | None = None, kl_reward=None
-):
+def sample_tokens(policy, model, rows: list[dict], *, seeds: list[int], autocast=None, kl_reward=None):
     """Draw one response per row with ``model`` (the policy's, possibly wrapped) and record it: a ``TokenRollout``.
     ``kl_reward``: (reference.Reference, β) when the KL is folded into the reward (``train.kl_in_reward``)."""
     import contextlib
@@ -152,7 +138,7 @@ def sample_tokens(
     autocast = autocast or contextlib.nullcontext
     s = policy.settings
     prompts, metadata = split_rows(rows)
-    enc = encoded or policy.encode_rows(rows)
+    enc = policy.encode_rows(rows)
     ids, mask = enc["ids"], enc["mask"]
     b, device = len(rows), ids.device
     generators = [torch.Generator().manual_seed(int(seed)) for seed in seeds]

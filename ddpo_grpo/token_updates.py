@@ -25,7 +25,22 @@ import contextlib
 import torch
 
 from ddpo_grpo.inner_loop import MinibatchResult
+from ddpo_grpo.sharding import no_sync
 from ddpo_grpo.token_losses import AGGREGATIONS, aggregate, clipped_token_surrogate, token_kl
+
+
+def check_settings(objective: str, loss_aggregation: str, beta: float, kl_estimator: str) -> None:
+    """ValueError naming the ``train.*`` field a language model's update cannot take (``wiring.check_language_run``
+    calls it before anything is written)."""
+    if objective != "grpo":
+        raise ValueError(f"train.objective={objective!r}: a language model trains with 'grpo'")
+    if loss_aggregation not in AGGREGATIONS:
+        raise ValueError(
+            f"train.loss_aggregation={loss_aggregation!r} for a language model must be one of {list(AGGREGATIONS)} "
+            "(verl's names)"
+        )
+    if beta > 0:  # (the estimator is unused without a KL term)
+        token_kl(torch.zeros(1), torch.zeros(1), kl_estimator)  # its ValueError names the field
 
 
 def _per_response(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -41,14 +56,7 @@ class TokenUpdate:
 
     def __init__(self, ctx, max_response_length: int, clip_range_high: float, kl_loss: bool = True):
         st = ctx.settings
-        if st.objective != "grpo":
-            raise ValueError(f"train.objective={st.objective!r}: a language model trains with 'grpo'")
-        if st.loss_aggregation not in AGGREGATIONS:
-            raise ValueError(
-                f"train.loss_aggregation={st.loss_aggregation!r} for a language model must be one of {list(AGGREGATIONS)}"
-            )
-        if st.beta > 0:  # a ValueError naming the field when unknown (unused without a KL term)
-            token_kl(torch.zeros(1), torch.zeros(1), st.kl_estimator)
+        check_settings(st.objective, st.loss_aggregation, st.beta, st.kl_estimator)
         self.ctx = ctx
         self.clip_low = st.clip_range
         self.clip_high = clip_range_high if clip_range_high > 0 else st.clip_range
@@ -67,7 +75,7 @@ class TokenUpdate:
         if ctx.reference is not None and self.kl_loss:
             with ctx.reference.active(), torch.no_grad(), ctx.autocast():
                 ref, _ = ctx.policy.response_logprobs(ctx.reference.model, batch.ids, batch.mask, p)
-        with contextlib.nullcontext() if sync else _no_sync(ctx.model, ctx.acc):
+        with contextlib.nullcontext() if sync else no_sync(ctx.model, ctx.acc):
             with ctx.autocast():
                 logp, entropy = ctx.policy.response_logprobs(ctx.model, batch.ids, batch.mask, p, entropy=True)
             terms = clipped_token_surrogate(logp, batch.log_probs, adv, self.clip_low, self.clip_high)
@@ -92,9 +100,3 @@ class TokenUpdate:
             gap = ((logp.detach().float() - batch.log_probs.float()).abs() * mask).max()
             result.mismatch = float(gap)
         return result
-
-
-def _no_sync(model, acc):
-    from ddpo_grpo.sharding import no_sync
-
-    return no_sync(model, acc)

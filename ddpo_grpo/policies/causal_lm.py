@@ -24,6 +24,7 @@ tokenizer (``AutoModelForCausalLM.from_pretrained(final)``). FSDP2 shards the de
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -241,17 +242,22 @@ class CausalLMPolicy:
         """Position ids of a left-padded batch: 0 at each row's first real token (padding gets 0 too)."""
         return (mask.long().cumsum(dim=-1) - 1).clamp_min(0)
 
+    @functools.cached_property
+    def forward_parameters(self) -> frozenset[str]:
+        """The keyword names the model's forward takes, read once (``logits`` runs at every sampled token)."""
+        import inspect
+
+        return frozenset(inspect.signature(self.model.forward).parameters)
+
     def logits(self, model, ids: torch.Tensor, mask: torch.Tensor, cache=None, positions=None, keep: int = 0):
         """(next-token logits [B, S, V], the KV cache) of ``ids`` [B, S]; ``cache``: the KV cache of what came before
         (``mask`` then covers it too), None for a forward without one; ``keep`` > 0: the logits of the last ``keep``
         positions only (transformers' ``logits_to_keep``, where the model takes it: the LM head skips the prompt).
         transformers ≥ 5.24 names the cache argument ``cache``, earlier versions ``past_key_values``: the model's
         signature says which."""
-        import inspect
-
         if positions is None:
             positions = self.positions(mask)
-        params = inspect.signature(self.model.forward).parameters
+        params = self.forward_parameters
         name = "cache" if "cache" in params else "past_key_values"
         kwargs = {name: cache, "use_cache": cache is not None}
         if keep and "logits_to_keep" in params:

@@ -11,7 +11,6 @@ import torch
 
 from ddpo_grpo.precision import WEIGHT_DTYPES
 from ddpo_grpo.token_losses import AGGREGATIONS as TOKEN_AGGREGATIONS
-from ddpo_grpo.token_losses import TOKEN_KL_ESTIMATORS
 from ddpo_grpo.wiring.process import main_print, sharded
 from foundation.errors import ConfigError
 
@@ -82,21 +81,16 @@ def check_language_run(config) -> None:
             "sample.share_group_noise=True with a language model: the members of a group would draw the same tokens "
             "(one seed); set it False"
         )
-    if t.objective != "grpo":
-        raise ConfigError(f"train.objective={t.objective!r}: a language model trains with 'grpo'")
-    if t.loss_aggregation not in TOKEN_AGGREGATIONS:
-        raise ConfigError(
-            f"train.loss_aggregation={t.loss_aggregation!r} for a language model must be one of "
-            f"{list(TOKEN_AGGREGATIONS)} (verl's names)"
-        )
+    from ddpo_grpo.token_updates import check_settings
+
+    try:
+        check_settings(t.objective, t.loss_aggregation, t.beta, t.kl_estimator)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     if t.kl_in_reward and (t.beta <= 0 or config.reward.aggregation != "reward"):
         raise ConfigError(
             f"train.kl_in_reward=True needs train.beta > 0 (got {t.beta}) and reward.aggregation='reward' (got "
             f"{config.reward.aggregation!r}): the KL is subtracted from the combined reward"
-        )
-    if t.beta > 0 and t.kl_estimator not in TOKEN_KL_ESTIMATORS:
-        raise ConfigError(
-            f"train.kl_estimator={t.kl_estimator!r} for a language model must be one of {list(TOKEN_KL_ESTIMATORS)}"
         )
 
 
