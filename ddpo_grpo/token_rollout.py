@@ -130,9 +130,11 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch
 
 
 @torch.no_grad()
-def sample_tokens(policy, model, rows: list[dict], *, seeds: list[int], autocast=None, kl_reward=None):
+def sample_tokens(policy, model, rows: list[dict], *, seeds: list[int], autocast=None, kl_reward=None, running=None):
     """Draw one response per row with ``model`` (the policy's, possibly wrapped) and record it: a ``TokenRollout``.
-    ``kl_reward``: (reference.Reference, β) when the KL is folded into the reward (``train.kl_in_reward``)."""
+    ``kl_reward``: (reference.Reference, β) when the KL is folded into the reward (``train.kl_in_reward``).
+    ``running(alive) -> bool``: whether any process still draws a token (a sharded model's every forward is a
+    collective, so every process must take the same number of steps); None: whether any of this batch's rows does."""
     import contextlib
 
     autocast = autocast or contextlib.nullcontext
@@ -161,7 +163,7 @@ def sample_tokens(policy, model, rows: list[dict], *, seeds: list[int], autocast
         alive = alive & ~torch.isin(token, eos)
         if s.stop:
             alive = alive & ~_stopped(policy, torch.stack(tokens, 1), lengths, s.stop)
-        if not alive.any():
+        if not (alive.any() if running is None else running(alive)):
             break
         mask = torch.cat([mask, alive.long()[:, None]], dim=1)
         position = position + 1
@@ -222,6 +224,8 @@ class TokenSampler:
     #: a sharded model's context that keeps it gathered over a batch (``sharding.gathered`` with the run's settings:
     #: distributed.gather_for_sampling), else None: without it every token's forward all-gathers every layer
     gathered_by: object = None
+    #: with a sharded model, ``running(alive)`` over every process (``sample_tokens``); None otherwise
+    running: object = None
 
     def gathered(self):
         import contextlib
@@ -231,7 +235,13 @@ class TokenSampler:
     def __call__(self, rows, seeds, generator=None, rng=None, cond: dict | None = None) -> TokenRollout:
         with self.gathered():
             return sample_tokens(
-                self.policy, self.policy.model, rows, seeds=seeds, autocast=self.autocast, kl_reward=self.kl_reward
+                self.policy,
+                self.policy.model,
+                rows,
+                seeds=seeds,
+                autocast=self.autocast,
+                kl_reward=self.kl_reward,
+                running=self.running,
             )
 
     def cat(self, rollouts: list[TokenRollout]) -> TokenRollout:

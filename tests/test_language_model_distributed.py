@@ -23,8 +23,15 @@ from tests.processes import spawn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-#: run name -> (distributed.strategy, train.use_lora, train.learning_rate)
-RUNS = {"ddp": ("ddp", False, 1e-3), "fsdp": ("fsdp", False, 1e-3), "fsdp_lora": ("fsdp", True, 1e-2)}
+#: run name -> (distributed.strategy, train.use_lora, train.learning_rate); "fsdp_per_token": the sharded model not
+#: gathered over a batch (distributed.gather_for_sampling=False), so every token's forward is a collective and the
+#: processes, whose responses end at different lengths, must take the same number of sampling steps
+RUNS = {
+    "ddp": ("ddp", False, 1e-3),
+    "fsdp": ("fsdp", False, 1e-3),
+    "fsdp_lora": ("fsdp", True, 1e-2),
+    "fsdp_per_token": ("fsdp", False, 1e-3),
+}
 
 
 def lm_config(root: Path, name: str, strategy: str, lora: bool, lr: float):
@@ -46,6 +53,9 @@ def lm_config(root: Path, name: str, strategy: str, lora: bool, lr: float):
     t.use_lora, t.learning_rate, t.beta = lora, lr, 0.04
     config.mixed_precision = "no"
     config.distributed.strategy = strategy
+    config.distributed.gather_for_sampling = name != "fsdp_per_token"
+    if name == "fsdp_per_token":  # responses that end early, at lengths that differ between the processes
+        s.stop = ("1", "2", "3")
     config.logdir, config.run_name, config.logging.progress = str(root / "logs"), name, False
     return config
 

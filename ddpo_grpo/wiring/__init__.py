@@ -102,7 +102,7 @@ def build_run(config, given=None) -> Parts:
     guard, t = FiniteGuard(config.train.max_consecutive_skips), config.train
     step = OptimizerStep(optimizer, w.params, acc, guard, t, ema=w.ema)
     tracker = build_tracker(config, reward)
-    rollout = training_sampler(config, policy, acc.autocast, w.reference)
+    rollout = training_sampler(config, policy, acc.autocast, w.reference, acc)
     encoders, decoder = offloaded(policy) if config.sample.offload_encoders else ([], [])
     update, supervised = build_update(config, policy, model, acc, w, acc.autocast)
     hooks = build_hooks(

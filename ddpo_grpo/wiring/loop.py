@@ -8,7 +8,7 @@ import torch
 from ddpo_grpo.wiring.trainable import Weights, fsdp_compute_dtype
 
 
-def training_sampler(config, policy, autocast, reference=None):
+def training_sampler(config, policy, autocast, reference=None, acc=None):
     """The run's ``rollout.Sampler``: sample.* (steps, guidance, the policy's noise level, the SDE window plan,
     the store dtype) bound."""
     from ddpo_grpo.memory import store_dtype
@@ -28,7 +28,13 @@ def training_sampler(config, policy, autocast, reference=None):
             gathered_by = functools.partial(
                 sharding.gathered, policy.denoiser, reshard_after_forward=d.reshard_after_forward, plain=plain
             )
-        return TokenSampler(policy, autocast=autocast, kl_reward=kl_reward, gathered_by=gathered_by)
+        running = None
+        if acc is not None and any(sharding.is_sharded(p) for p in policy.denoiser.parameters()):
+            from ddpo_grpo import distributed
+
+            # every process draws until the last one is done: the same number of (collective) forwards everywhere
+            running = lambda alive: distributed.reduce(acc, float(alive.any()), "max") > 0  # noqa: E731
+        return TokenSampler(policy, autocast=autocast, kl_reward=kl_reward, gathered_by=gathered_by, running=running)
     return Sampler(
         policy,
         num_steps=s.num_steps,
