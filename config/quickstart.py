@@ -14,8 +14,9 @@ quickstart (default): DiffusionNFT on the shipped ShapesWorld SD model (worlds/s
 sd3_nft: the previous quickstart, DiffusionNFT on the SD3 model (config/shapes.py:sd3_nft);
     ``--config config/quickstart.py:sd3_nft``.
 
-grpo: the GRPO quickstart (Flow-GRPO SDE on an early window, one SGD step per epoch, 40 epochs): it is
-    config/shapes.py:sd3_quick; ``--config config/quickstart.py:grpo``.
+grpo: the GRPO quickstart on the same SD model (DDPO's stochastic DDIM, η = 1, on an early window, one SGD step per
+    epoch, 40 epochs): it is config/shapes.py:sd_quick; ``--config config/quickstart.py:grpo``. Its SD3 counterpart
+    (Flow-GRPO's SDE), the GRPO quickstart before the judge was tightened, is config/shapes.py:sd3_quick.
 
 tiny: the machinery alone in about a minute: a tiny random-weight SD3 pipeline built locally under
     <logdir>/_tiny/sd3, JPEG compressibility, 32 px (the reward stays flat: random weights learn
@@ -28,7 +29,7 @@ K = 8 trained transitions per sample.
 
 from config.base import get_config as base_config
 from config.shapes import sd3_nft as _sd3_nft
-from config.shapes import sd3_quick, sd_nft
+from config.shapes import sd_nft, sd_quick
 
 
 def quickstart():
@@ -40,7 +41,7 @@ def sd3_nft():
 
 
 def grpo():
-    return sd3_quick()
+    return sd_quick()
 
 
 def tiny():

@@ -1,8 +1,8 @@
-"""ShapesWorld recipes on the shipped base models (worlds/shapes/models/sd3 and sd): GRPO, and DiffusionNFT (sd3_nft).
+"""ShapesWorld recipes on the shipped base models (worlds/shapes/models/sd, sd3): GRPO, DiffusionNFT (sd_nft, sd3_nft).
 
-    python scripts/train.py                                     # = config/quickstart.py = sd3_nft (DiffusionNFT)
-    python scripts/train.py --config config/shapes.py:sd3_quick # GRPO (= config/quickstart.py:grpo)
-    python scripts/train.py --config config/shapes.py:sd_quick  # GRPO for the SD (UNet + DDIM) model
+    python scripts/train.py                                     # = config/quickstart.py = sd_nft (DiffusionNFT)
+    python scripts/train.py --config config/shapes.py:sd_quick  # GRPO on the SD (UNet + DDIM) model (= quickstart.py:grpo)
+    python scripts/train.py --config config/shapes.py:sd3_quick # GRPO on the SD3 model
     python scripts/train.py --config config/shapes.py:sd3_long  # the long recipes (hours on a CPU)
     python scripts/train.py --config config/shapes.py:sd_long
 

@@ -11,7 +11,7 @@ every epoch (probe.freq 1: 16 prompts × 4, the untrained model's samples as the
 evaluation before and after (48 images per task). ``--reward jpeg`` swaps the judge for JPEG compressibility
 (a dense, prompt-independent control). The variants (``VARIANTS``):
 
-    grpo           the GRPO quickstart (config/quickstart.py:grpo): SGD, one 256-image step per epoch, SDE window on steps 0–3
+    grpo           GRPO on the SD3 model (config/shapes.py:sd3_quick): SGD, one 256-image step per epoch, SDE window on steps 0–3
     grpo_flowgrpo  Flow-GRPO's recipe in our config: AdamW 3e-4, clip 1e-4 per latent dimension, β 0.04
                    (flow_grpo KL), every SDE step but the last, two optimizer steps per epoch
     grpo_ppo       GRPO with PPO's sample reuse: AdamW, 4 steps per epoch × 2 inner epochs, clip 0.2 per sample

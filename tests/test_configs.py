@@ -295,7 +295,7 @@ def test_quickstart_is_the_shapes_recipe(monkeypatch):
     quickstart, shapes = importlib.import_module("config.quickstart"), importlib.import_module("config.shapes")
     assert quickstart.get_config().to_dict() == shapes.get_config("sd_nft").to_dict()
     assert quickstart.get_config("sd3_nft").to_dict() == shapes.get_config("sd3_nft").to_dict()
-    assert quickstart.get_config("grpo").to_dict() == shapes.get_config("sd3_quick").to_dict()
+    assert quickstart.get_config("grpo").to_dict() == shapes.get_config("sd_quick").to_dict()
     with pytest.raises(ValueError, match="no experiment 'nope'"):
         importlib.import_module("config.quickstart").get_config("nope")
 
