@@ -31,6 +31,9 @@ class EvaluationExtras:
     #: reward name -> the keyword arguments it is evaluated with when --reward_kwargs does not give them (for any
     #: pipeline: the extras of every kind are consulted), e.g. {"shapes": {"score": "strict"}}
     reward_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: --pass_metric when not given: the first reward's per-sample metric a sample passes by (None: the reward's only
+    #: metric; a language model's: its score)
+    pass_metric: str | None = None
     #: --group_by when not given: the per-sample label of the per-group table
     group_by: str = "task"
     #: --per_group when not given, no --limit is given and the rows carry the group_by field (0: every prompt)

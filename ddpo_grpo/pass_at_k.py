@@ -1,8 +1,9 @@
-"""pass@k of a language model's samples: the unbiased estimator of Chen et al. (2021), per prompt and over a set.
+"""pass@k of any model's samples: the unbiased estimator of Chen et al. (2021), per prompt and over a set.
 
     pass_at_k(n, c, k)                          -> float      one prompt: n samples, c of them passed
     per_prompt(values, prompt_of, ks)           -> PerPrompt  pass@k of every prompt, from per-sample pass values
     summary(per, groups)                        -> {label: {"pass@k": …, "prompts": …}} over the prompts (by group)
+    bootstrap(values, groups)                   -> {label: (lo, hi)} 95 % intervals, resampling prompts by group
     paired_per_prompt(base, model, groups)      -> {"pass@k": paired table} model − base, prompt by prompt
 
 **The estimator.** A prompt is solved "at k" when at least one of k independent samples passes; pass@k is the
@@ -24,6 +25,12 @@ pass: 1); ``c = 0`` gives 0; ``k = 1`` gives ``c/n``, the pass rate. The ratio i
 the same n for every prompt, pass@1 is also the mean over samples). A prompt contributes to pass@k only when it has
 ``n ≥ k`` scored samples (a sample the reward could not score, NaN, is left out of n). A sample *passes* when its
 value is ≥ a threshold (scripts/evaluate.py's --pass_threshold: 1, a correct answer or every test of a program).
+
+**Its interval** (:func:`bootstrap`): the prompts are the random draw (the k samples of a prompt are already
+averaged by the estimator), so the interval resamples prompts with replacement — within each group, keeping every
+group's size, so the mean over groups (a task mean, each task weighing the same) is recomputed on every resample —
+and takes the 2.5 and 97.5 percentiles of the recomputed means (the percentile bootstrap, B = 2000 resamples from
+a fixed seed: the same numbers on every run).
 
 **Paired, model against base** (``scripts/evaluate.py --compare``): both draw sample k of prompt i from the same seed,
 so each prompt's estimates pair up; the difference is taken prompt by prompt, ``d_i = pass@k_model(i) −
@@ -108,10 +115,43 @@ def summary(values: dict[str, Sequence[float]], groups: Sequence[Hashable]) -> d
     return out
 
 
+def bootstrap(
+    values: Sequence[float], groups: Sequence[Hashable], resamples: int = 2000, seed: int = 0
+) -> dict[str, tuple[float, float]]:
+    """``{group: (lo, hi), "": (lo, hi), "mean": (lo, hi)}``: 95 % percentile-bootstrap intervals of each group's
+    mean of the per-prompt ``values``, of the pooled mean over every prompt (``""``) and of the unweighted mean over
+    the groups (``"mean"``), resampling prompts with replacement within each group (module docstring). Prompts with
+    a NaN value (fewer than k samples) are left out; a group with none has no interval."""
+    v = np.asarray(values, dtype=np.float64)
+    labels = [g for g in dict.fromkeys(groups)]
+    rng = np.random.default_rng(seed)
+    draws: dict = {}
+    for label in labels:
+        idx = np.array([j for j, g in enumerate(groups) if g == label and np.isfinite(v[j])], dtype=np.int64)
+        if len(idx):
+            picks = rng.integers(0, len(idx), size=(resamples, len(idx)))
+            draws[label] = v[idx][picks]  # (resamples, prompts of the group)
+    out: dict[str, tuple[float, float]] = {}
+
+    def interval(x) -> tuple[float, float]:
+        lo, hi = np.percentile(x, [2.5, 97.5])
+        return float(lo), float(hi)
+
+    for label, d in draws.items():
+        if label is not None:
+            out[str(label)] = interval(d.mean(axis=1))
+    if draws:
+        out[""] = interval(np.concatenate(list(draws.values()), axis=1).mean(axis=1))
+        grouped = [d.mean(axis=1) for label, d in draws.items() if label is not None]
+        if grouped:
+            out["mean"] = interval(np.mean(grouped, axis=0))
+    return out
+
+
 def paired_per_prompt(base: dict, model: dict, groups: Sequence[Hashable]) -> dict:
     """``{name: paired_by_group(base[name], model[name], groups)}``: the per-prompt values (pass@k, mean length) of a
     model against a base's on the same prompts and seeds, paired prompt by prompt (module docstring)."""
     return {name: paired_by_group(base[name], model[name], groups) for name in model if name in base}
 
 
-__all__ = ["PerPrompt", "default_ks", "means", "paired_per_prompt", "pass_at_k", "per_prompt", "summary"]
+__all__ = ["PerPrompt", "bootstrap", "default_ks", "means", "paired_per_prompt", "pass_at_k", "per_prompt", "summary"]

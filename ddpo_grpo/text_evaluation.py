@@ -10,7 +10,7 @@ program's test counts).
 Numbers (:func:`text_numbers`, eval.json's "text"): a response *passes* when the first reward's score is ≥
 --pass_threshold (default 1: a correct answer; every test of a program). Per prompt, of its n scored responses
 (--per_prompt) c pass; pass@k is Chen et al.'s unbiased estimator ``1 − C(n − c, k)/C(n, k)`` (derivation:
-``ddpo_grpo/pass_at_k.py``) for each k of --pass_k (default 1, the powers of two below n, and n); ``length`` is the
+``ddpo_grpo/pass_at_k.py``) for each k of --pass_at (default 1, the powers of two below n, and n); ``length`` is the
 mean response length in tokens (EOS included), ``truncated`` the fraction cut at --max_response_length. The set's
 value of each is the mean over prompts (each prompt weighs the same), overall and per group. With --compare, each is
 also paired prompt by prompt, model − base (same prompts and seeds), with its 95 % interval.
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpo_grpo.cli import UsageError
+from ddpo_grpo.pass_at_evaluation import parse_ks
 from ddpo_grpo.pass_at_k import default_ks, paired_per_prompt, per_prompt, summary
 from ddpo_grpo.sample_kinds import TEXT_KIND
 from ddpo_grpo.sampling_cli import Sampled
@@ -45,32 +46,20 @@ def with_score(reward):
 
 
 def add_text_evaluation_flags(p) -> None:
-    """The language-model sampling flags (``text_sampling.add_text_flags``), --pass_k and --pass_threshold."""
+    """The language-model sampling flags (``text_sampling.add_text_flags``); pass@k's are
+    ``pass_at_evaluation.add_pass_flags``'."""
     add_text_flags(p)
-    group = p.add_argument_group("language models: pass@k")
-    group.add_argument(
-        "--pass_k", default=None, help="comma list of k <= --per_prompt (default: 1, the powers of two below it, it)"
-    )
-    group.add_argument(
-        "--pass_threshold", type=float, default=1.0, help="a response passes when the first reward's score is >= it"
-    )
 
 
 def check_pass_flags(args) -> list[int]:
-    """The k of --pass_k (checked against --per_prompt), and --greedy with one response per prompt."""
+    """The k of --pass_at (checked against --per_prompt), and --greedy with one response per prompt."""
     if args.greedy and args.per_prompt > 1:
         raise UsageError("--greedy draws one response per prompt (every draw is the same); drop --per_prompt")
     if not math.isfinite(args.pass_threshold):
         raise UsageError(f"--pass_threshold must be a finite number, got {args.pass_threshold}")
-    if args.pass_k is None:
+    if args.pass_at is None:
         return default_ks(args.per_prompt)
-    try:
-        ks = sorted({int(k) for k in str(args.pass_k).split(",")})
-    except ValueError:
-        raise UsageError(f"--pass_k {args.pass_k!r}: give a comma list of integers, e.g. 1,4") from None
-    if ks[0] < 1 or ks[-1] > args.per_prompt:
-        raise UsageError(f"--pass_k {args.pass_k!r}: every k must be in 1..--per_prompt ({args.per_prompt})")
-    return ks
+    return parse_ks(args.pass_at, args.per_prompt)
 
 
 @dataclass

@@ -11,27 +11,19 @@ Usage:
               or its final/; a LoRA run is loaded as its base model plus the exported LoRA weights),
               exactly as scripts/sample.py takes it
   --prompts   prompt rows: a prompt source name or a .txt / .json / .jsonl file (default: the world's, below)
-  --reward    the scoring reward(s), a registered name or path/to/file.py:fn; repeat the flag or give a comma
-              list to score the same samples with several (default: the world's), with --reward_kwargs (a JSON
-              object; with several rewards, an object of name -> kwargs object; default: the kwargs the worlds
-              give their rewards for evaluation, e.g. {"score": "strict"} for shapes, shapes_detector and
-              motion_judge). The first reward's metrics are eval.json's "metrics"; every reward's are under "scorers"
-  --compare BASE  also evaluate BASE (a model as --model takes it) on the same prompts and initial noises, with
-              the same settings, and print the paired difference model − BASE per group and for the mean over
-              groups, with its standard error and 95 % interval (ddpo_grpo/paired.py), for every metric of every
-              reward; eval.json gets "compare": {"model", "scorers", "paired"}. With several rewards, the first
-              is also compared with every other on the same images (eval.json's "between_scorers"), and with
-              --compare their per-image gains too ("compare"."between_scorers"): two scorers that measure the
-              same gain differ by no more than that comparison's interval
-  --group_by  the per-sample label of the per-group table: the reward's info[label] or the rows' field
-              (default: the world's, task); "" = no groups
+  --reward    the scoring reward(s), a registered name or path/to/file.py:fn, repeated or a comma list (default:
+              the world's), with --reward_kwargs (JSON; with several rewards {name: kwargs}; default: the worlds'
+              evaluation kwargs, e.g. {"score": "strict"}). The first reward's metrics are eval.json's "metrics"
+  --compare BASE  also evaluate BASE on the same prompts, noises and settings, and print the paired difference
+              model − BASE per group and group mean with its 95 % interval (ddpo_grpo/paired.py), for every metric
+              of every reward (eval.json's "compare"). With several rewards, the first is also compared with every
+              other on the same images ("between_scorers"; with --compare their per-image gains too): two scorers
+              that measure the same gain differ by no more than that comparison's interval
+  --group_by  the per-group table's label: the reward's info[label] or the rows' field ("" = none; default: task)
   --out       output directory (default: <run>/eval for a training run, else ./eval/<model name>; never inside
-              a pipeline directory):
-                eval.json  {"metrics": {...}, "model": ..., "args": {...}, ...}
-                grid.png   the first <= 64 samples, in prompt order (prompts in the PNG's "captions" chunk)
-  --limit N   evaluate only the first N prompt rows (quick checks; every one of them once unless --per_group)
-  --per_group N  a balanced set of N samples per group instead of every prompt; default: the world's (below)
-              when the rows carry the --group_by field and no --limit is given, else 0 (every prompt)
+              a pipeline directory): eval.json, and grid.png, the first <= 64 samples in prompt order
+  --limit N   evaluate only the first N prompt rows; --per_group N: a balanced set of N samples per group instead
+              of every prompt (default: the world's when the rows carry --group_by and no --limit is given, else 0)
 
 Sampling settings (--num_steps, --guidance_scale, --max_sequence_length, --resolution, --kernel,
 --negative_prompt, --image_guidance_scale): a flag wins; else, for a training run's output, the run's own
@@ -41,13 +33,12 @@ ddpo_grpo/sampling_cli.py's DEFAULT_SAMPLING. The values used, and where each ca
 and saved in eval.json ("sampling"). Sampling is deterministic: noise_level 0 (the flow ODE / DDIM η=0) and the
 initial noise of sample k of prompt i drawn from a seed derived from (--seed, i, k) only, the same seeds as
 scripts/sample.py; so scores do not depend on --batch_size or --limit (up to float rounding of batched arithmetic).
-Generic denoiser pipelines take --kernel "ddim" (deterministic DDIM) or "ddpm" (at noise level 0 the posterior-mean
-chain); "" = the scheduler's kind.
+Generic denoiser pipelines take --kernel "ddim" (deterministic DDIM) or "ddpm" (posterior-mean chain), "" = theirs.
 
-Metrics (ddpo_grpo/evaluation.py): the reward's per-sample metrics (the judge's strict and partial)
-over all applicable samples (eval/<m>), per group (eval/<m>/<group>, eval/num_samples/<group>), the
-unweighted mean over groups (eval/<group_by>_mean/<m>, GenEval's "overall"), eval/num_samples and
-eval/not_applicable. The per-group table is printed at the end.
+Metrics (ddpo_grpo/evaluation.py): the reward's per-sample metrics (the judge's strict and partial) over all applicable
+samples (eval/<m>), per group (eval/<m>/<group>), the unweighted mean over groups (eval/<group_by>_mean/<m>), counts.
+--pass_at 1,4,8 with --per_prompt 8 (or --per_group): pass@k per group and group mean with bootstrap intervals over
+prompts (eval.json's "pass_at": ddpo_grpo/pass_at_evaluation.py), a base's ceiling for RL on its own samples.
 
 The world's defaults and extras (ddpo_grpo/evaluation_extras.py) are those registered for the pipeline's sample
 kind (ddpo_grpo/sample_kinds.py: "image" unless a world's plug-in kind claims the pipeline); this script imports
@@ -58,10 +49,9 @@ stick-figure filmstrips in grid.png, the text–motion evaluator's set-level num
 without its weights) and the HumanML3D-style table with standard errors (eval.json's "table", printed; with
 --compare base | model | paired difference).
 
-Language models (a causal-LM directory or a run's output on one): --prompts rows {prompt, ground_truth, data_source},
---reward default verifiable, --per_prompt n responses per prompt at the run's settings or --temperature, --greedy, …
-(ddpo_grpo/text_sampling.py); pass@k for each k of --pass_k, mean response length in tokens, with --compare paired
-prompt by prompt (eval.json's "text": ddpo_grpo/text_evaluation.py); responses.jsonl in place of grid.png.
+Language models (a causal-LM directory or a run's output): rows {prompt, ground_truth, data_source}, --reward default
+verifiable, --per_prompt n responses each (ddpo_grpo/text_sampling.py); pass@k always, mean length in tokens, paired
+with --compare (eval.json's "text": ddpo_grpo/text_evaluation.py); responses.jsonl in place of grid.png.
 """
 
 from __future__ import annotations
@@ -74,6 +64,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ddpo_grpo import pass_at_evaluation as pass_eval
 from ddpo_grpo import text_evaluation as lm_eval
 from ddpo_grpo.cli import UsageError, check_model_source, load_model, load_rows
 from ddpo_grpo.evaluation_extras import EvaluationExtras, extras_for
@@ -154,11 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         "prompt × --per_prompt (default: the world's for the pipeline's kind; 0 with --limit)",
     )
     lm_eval.add_text_evaluation_flags(p)
+    pass_eval.add_pass_flags(p)
     return p
 
 
 def _check_args(args) -> None:
     check_sampling(args)
+    pass_eval.check_flags(args)
     if args.per_prompt < 1:
         raise UsageError(f"--per_prompt must be >= 1, got {args.per_prompt}")
     if args.per_group is not None and args.per_group < 0:
@@ -261,6 +254,7 @@ class Evaluation:
         self.between_gains = {}  # the same of the per-image gains over the base
         self.set_metrics, self.table = {}, None
         self.text, self.text_paired = None, {}  # a language model's pass@k and lengths (text_evaluation.py)
+        self.passes, self.passes_paired = None, {}  # any other kind's pass@k with --pass_at (pass_at_evaluation.py)
 
     def pair(self) -> None:
         """The paired tables: the model against the base (with --compare), the first scorer against the others."""
@@ -315,6 +309,8 @@ def _result(ev: Evaluation, pipeline_class: str, rows, sampling: dict, out: Path
         result["table"] = ev.table
     if ev.text is not None:
         result["text"] = ev.text
+    if ev.passes is not None:
+        result["pass_at"] = ev.passes
     return result
 
 
@@ -363,6 +359,8 @@ def _print_report(ev: Evaluation, result: dict) -> None:
         print(ev.extras.report(ev.set_metrics, ev.table, title))
     if ev.text is not None:
         print(lm_eval.format_text(ev.text, ev.text_paired, args))
+    if ev.passes is not None:
+        print(pass_eval.format_pass(ev.passes, ev.passes_paired, args))
 
 
 def run(args) -> dict:
@@ -385,6 +383,8 @@ def run(args) -> dict:
     ev.pair()
     ev.world_numbers()
     ev.text, ev.text_paired = lm_eval.text_numbers(ev.model, ev.base, args, ev.names[0]) if text else (None, {})
+    if not text and args.pass_at is not None:
+        ev.passes, ev.passes_paired = pass_eval.pass_numbers(ev.model, ev.base, args, rows, ev.names[0], extras)
     result = _result(ev, pipeline_class, rows, sampling, out)
     _write(ev, result, out)
     _print_report(ev, result)

@@ -146,7 +146,10 @@ def test_sample_writes_one_response_per_prompt_as_evaluate_draws_them(world, tmp
 @pytest.mark.parametrize(
     "extra, words",
     [
-        (["--per_prompt", "2", "--pass_k", "3"], r"--pass_k '3': every k must be in 1\.\.--per_prompt \(2\)"),
+        (
+            ["--per_prompt", "2", "--pass_k", "3"],
+            r"--pass_at '3': every k must be in 1\.\.2 \(the samples per prompt\)",
+        ),
         (["--per_prompt", "2", "--greedy"], "--greedy draws one response per prompt"),
         (["--max_response_length", "200"], "--max_prompt_length / --max_response_length: .*context of 128"),
         (["--temperature", "0"], "--temperature: sample.temperature=0.0 must be > 0"),

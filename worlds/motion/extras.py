@@ -39,6 +39,7 @@ EVALUATION = EvaluationExtras(
     reward="motion_judge",
     reward_kwargs={"motion_judge": {"score": "strict"}},
     per_group=100,
+    pass_metric="strict",
     grid_columns=4,
     per_sample=with_physics,
     set_metrics=set_level_metrics,

@@ -18,4 +18,5 @@ EVALUATION = EvaluationExtras(
     reward="shapes",
     reward_kwargs={"shapes": {"score": "strict"}, "shapes_detector": {"score": "strict"}},
     per_group=128,
+    pass_metric="strict",
 )
