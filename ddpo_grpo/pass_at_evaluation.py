@@ -1,14 +1,14 @@
 """pass@k of any world's samples in ``scripts/evaluate.py`` (--pass_at): roughly how far RL that reweights a model's
 own samples can go.
 
-A sample *passes* when the first reward's per-sample metric --pass_metric (default: the world's,
+For every scoring reward, a sample *passes* when the reward's per-sample metric --pass_metric (default: the world's,
 ``EvaluationExtras.pass_metric``, e.g. ShapesWorld's and MotionWorld's 0/1 ``strict``) is ≥ --pass_threshold (default
 1). A prompt's n samples are the evaluation's samples of that prompt row: --per_prompt of them (sample k of prompt i
 from the seed of (--seed, i, k), deterministic sampling from different initial noises), or with --per_group the
 balanced set's passes over the group's prompts. Per prompt, pass@k is Chen et al.'s unbiased estimator (derivation:
 ``ddpo_grpo/pass_at_k.py``), for each k of --pass_at; a prompt with fewer than k samples is left out of pass@k.
 
-Numbers (eval.json's "pass_at"): per group (the --group_by label) the mean over its prompts, the pooled mean over
+Numbers (eval.json's "pass_at", by reward): per group (the --group_by label) the mean over its prompts, the pooled mean over
 every prompt ("all") and the unweighted mean over the groups ("mean", a task mean: each task weighs the same, as
 eval/<group_by>_mean does), each with a 95 % bootstrap interval over prompts (``pass_at_k.bootstrap``). With --compare
 the base's numbers too and the paired per-prompt difference model − base (``pass_at_k.paired_per_prompt``).
@@ -149,6 +149,14 @@ def pass_numbers(model, base, args, rows, first: str, extras) -> tuple[dict, dic
     return out, paired
 
 
+def every_reward(model, base, args, rows, names: list[str], extras) -> tuple[dict, dict]:
+    """:func:`pass_numbers` of each scoring reward: ``({reward: numbers}, {reward: paired tables})``."""
+    numbers, paired = {}, {}
+    for name in names:
+        numbers[name], paired[name] = pass_numbers(model, base, args, rows, name, extras)
+    return numbers, paired
+
+
 def _table(summary_: dict, ks: list[int]) -> list[str]:
     names = [f"pass@{k}" for k in ks]
     lines = [f"  {'group':<18} {'prompts':>7} " + " ".join(f"{n + ' [95 %]':>22}" for n in names)]
@@ -159,6 +167,11 @@ def _table(summary_: dict, ks: list[int]) -> list[str]:
             cells.append(f"{row[n]:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{row[n]:.3f}")
         lines.append(f"  {label:<18} {row[f'prompts/{names[0]}']:>7} " + " ".join(f"{c:>22}" for c in cells))
     return lines
+
+
+def format_every(numbers: dict, paired: dict, args) -> str:
+    """The printed form of :func:`every_reward`."""
+    return "\n".join(format_pass(numbers[name], paired[name], args) for name in numbers)
 
 
 def format_pass(numbers: dict, paired: dict, args) -> str:

@@ -360,7 +360,7 @@ def _print_report(ev: Evaluation, result: dict) -> None:
     if ev.text is not None:
         print(lm_eval.format_text(ev.text, ev.text_paired, args))
     if ev.passes is not None:
-        print(pass_eval.format_pass(ev.passes, ev.passes_paired, args))
+        print(pass_eval.format_every(ev.passes, ev.passes_paired, args))
 
 
 def run(args) -> dict:
@@ -384,7 +384,7 @@ def run(args) -> dict:
     ev.world_numbers()
     ev.text, ev.text_paired = lm_eval.text_numbers(ev.model, ev.base, args, ev.names[0]) if text else (None, {})
     if not text and args.pass_at is not None:
-        ev.passes, ev.passes_paired = pass_eval.pass_numbers(ev.model, ev.base, args, rows, ev.names[0], extras)
+        ev.passes, ev.passes_paired = pass_eval.every_reward(ev.model, ev.base, args, rows, ev.names, extras)
     result = _result(ev, pipeline_class, rows, sampling, out)
     _write(ev, result, out)
     _print_report(ev, result)

@@ -114,7 +114,7 @@ def test_script_reports_pass_at_k_of_an_image_model(tiny_dirs, tmp_path, capsys)
     argv = ["--model", tiny_dirs["sd3"], "--limit", "3", "--per_prompt", "3", "--out", str(out), "--reward"]
     argv += ["jpeg_compressibility", "--pass_at", "1,3", "--pass_threshold=-1e9", *FAST]  # every sample passes
     assert evaluate_script.main(argv) == 0
-    data = json.loads((out / "eval.json").read_text())["pass_at"]
+    data = json.loads((out / "eval.json").read_text())["pass_at"]["jpeg_compressibility"]
     assert data["ks"] == [1, 3] and data["metric"] == "score"
     assert [p["n"] for p in data["per_prompt"]] == [3, 3, 3]
     assert data["summary"]["all"]["pass@1"] == 1.0 and data["summary"]["all"]["pass@3"] == 1.0
