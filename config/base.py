@@ -305,7 +305,7 @@ def get_config():
     # group_by field (each group's prompts cycled, one new seed per pass); eval/<group_by>_mean/* weights
     # groups equally either way
     evaluation.per_group = 0
-    evaluation.per_prompt = 1  # samples per prompt when per_group is 0
+    evaluation.per_prompt = 1  # samples per prompt (with per_group: per_group / per_prompt prompts of each group)
     evaluation.limit = 0  # evaluate only the first N prompts (0 = all)
     evaluation.seed = 0  # initial-noise seed of the evaluation samples (fixed across epochs)
 

@@ -61,8 +61,10 @@ def eval_items(
     """The (prompt index, sample index) pairs an evaluation samples, in sampling order.
 
     per_group = 0: every row, per_prompt samples each. per_group = N > 0: N pairs per value of the rows'
-    ``group_by`` field (rows without one form a group of their own), each group's rows in file order,
-    cycled: pass r over the group's rows uses sample index r, so no pair repeats.
+    ``group_by`` field (rows without one form a group of their own), per_prompt consecutive pairs per row: the
+    group's rows in file order, cycled, pass r over them using sample indices r·per_prompt … r·per_prompt +
+    per_prompt − 1, so no pair repeats (with per_prompt 1: one sample per row per pass; with per_prompt K: N/K
+    rows of K samples each, what pass@k needs, ``pass_at_evaluation.py``).
     """
     if per_group < 0 or per_prompt < 1:
         raise ValueError(f"eval_items: per_group must be >= 0 and per_prompt >= 1, got {per_group} and {per_prompt}")
@@ -71,7 +73,14 @@ def eval_items(
     by_group: dict = {}
     for i, row in enumerate(rows):
         by_group.setdefault(row.get(group_by) if group_by else None, []).append(i)
-    return [(idx[j % len(idx)], j // len(idx)) for idx in by_group.values() for j in range(per_group)]
+    rows_needed = -(-per_group // per_prompt)  # ceil
+    return [
+        pair
+        for idx in by_group.values()
+        for pair in [
+            (idx[p % len(idx)], (p // len(idx)) * per_prompt + k) for p in range(rows_needed) for k in range(per_prompt)
+        ][:per_group]
+    ]
 
 
 def summarize(

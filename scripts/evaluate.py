@@ -22,8 +22,8 @@ Usage:
   --group_by  the per-group table's label: the reward's info[label] or the rows' field ("" = none; default: task)
   --out       output directory (default: <run>/eval for a training run, else ./eval/<model name>; never inside
               a pipeline directory): eval.json, and grid.png, the first <= 64 samples in prompt order
-  --limit N   evaluate only the first N prompt rows; --per_group N: a balanced set of N samples per group instead
-              of every prompt (default: the world's when the rows carry --group_by and no --limit is given, else 0)
+  --limit N   evaluate only the first N prompt rows; --per_group N: a balanced set of N samples per group, --per_prompt
+              per prompt (default: the world's when the rows carry --group_by and no --limit is given, else 0)
 
 Sampling settings (--num_steps, --guidance_scale, --max_sequence_length, --resolution, --kernel,
 --negative_prompt, --image_guidance_scale): a flag wins; else, for a training run's output, the run's own
@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--per_group",
         type=int,
         default=None,
-        help="> 0: a balanced set of N samples per group (each group's prompts cycled, a new seed per pass); 0: every "
-        "prompt × --per_prompt (default: the world's for the pipeline's kind; 0 with --limit)",
+        help="> 0: N samples per group, --per_prompt of each prompt (its prompts in order, cycled with new seeds); 0: "
+        "every prompt × --per_prompt (default: the world's for the pipeline's kind; 0 with --limit)",
     )
     lm_eval.add_text_evaluation_flags(p)
     pass_eval.add_pass_flags(p)

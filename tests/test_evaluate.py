@@ -160,6 +160,12 @@ def test_eval_items_task_balanced():
     items = eval_items(rows, per_group=4, group_by="task")
     # each task's rows in order, cycled; pass r uses sample index r: no (row, sample) pair repeats
     assert items == [(0, 0), (1, 0), (2, 0), (0, 1), (3, 0), (4, 0), (3, 1), (4, 1)]
+    # per_prompt K with per_group N: N / K rows of each group, K consecutive samples each (pass@k's samples)
+    items = eval_items(rows, per_prompt=2, per_group=4, group_by="task")
+    assert items == [(0, 0), (0, 1), (1, 0), (1, 1), (3, 0), (3, 1), (4, 0), (4, 1)]
+    items = eval_items(rows, per_prompt=2, per_group=8, group_by="task")  # 3 rows cycled: row 0 again, new seeds
+    assert items[:8] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (0, 2), (0, 3)]
+    assert len(set(items)) == len(items) == 16
     with pytest.raises(ValueError, match="per_group must be >= 0"):
         eval_items(rows, per_group=-1, group_by="task")
 
