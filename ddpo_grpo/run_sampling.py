@@ -65,7 +65,13 @@ def _from_config(config: dict) -> dict:
         "guidance_scale_2": sample.get("guidance_scale_2"),
         **{key: sample.get(key) for key in TEXT_SAMPLING_KEYS},
     }
-    return {k: v for k, v in pick.items() if v is not None}
+    return _recorded(pick)
+
+
+def _recorded(settings: dict) -> dict:
+    """The settings a run recorded, without the unset ones: None, and a ``max_sequence_length`` of 0 (the config's
+    "the pipeline's default", which older manifests and every checkpoint's config hold; the model's own applies)."""
+    return {k: v for k, v in settings.items() if v is not None and not (k == "max_sequence_length" and v == 0)}
 
 
 def run_sampling_settings(model: str) -> tuple[dict, str]:
@@ -100,7 +106,7 @@ def run_sampling_settings(model: str) -> tuple[dict, str]:
     sampling = read(manifest).get("sampling")
     if isinstance(sampling, dict) and sampling:
         keys = SAMPLING_KEYS + TEXT_SAMPLING_KEYS
-        return {k: sampling[k] for k in keys if sampling.get(k) is not None}, str(manifest)
+        return _recorded({k: sampling.get(k) for k in keys}), str(manifest)
     checkpoints = list_checkpoints(run)
     if checkpoints:
         state = checkpoints[-1] / STATE_FILE

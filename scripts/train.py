@@ -54,7 +54,8 @@ options:
   --config.<field>=<value>   set one config field, e.g. --config.num_epochs=4 (every field: config/base.py)
   --config.resume_from=RUN   continue RUN with its saved config.json (no --config needed; only num_epochs,
                              save_freq, logging.*, eval.freq may change)
-  --print_config             print the resolved config as JSON and exit (a dry run: nothing is loaded or written)
+  --print_config             check the resolved config as a start would (every field and cross-field rule, at
+                             the launch's WORLD_SIZE), print it as JSON and exit: nothing is loaded or written
   --debug                    show the traceback of a failure instead of its one-line message
   -h, --help                 show this text
 """
@@ -73,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         from ddpo_grpo.cli import load_config
 
         config = load_config(argv, DEFAULT_CONFIG)
-        if print_only:
+        if print_only:  # a dry run refuses what a start would, before any file is read (WORLD_SIZE: the launch's)
+            from ddpo_grpo import distributed
+            from ddpo_grpo.config_checks import validate
+
+            validate(config, distributed.world_size())
             print(run_dir.config_text(config), end="")
             return
         from ddpo_grpo.trainer import Trainer

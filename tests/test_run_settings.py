@@ -166,3 +166,26 @@ def test_evaluate_script_follows_the_run(full_run, tmp_path, capsys):
     assert data["sampling"] == {**SAMPLING, "guidance_scale_2": None} and data["resolution"] == 32  # (not in the run)
     assert data["args"]["num_steps"] == 3 and data["args"]["per_group"] == 0  # --limit: every limited prompt once
     assert "num_steps=3 (run)" in capsys.readouterr().out
+
+
+def test_a_text_length_of_zero_is_the_models_own(tmp_path):
+    """sample.max_sequence_length = 0 means the pipeline's default: final/ records the length the policy resolved,
+    and a 0 that an older manifest or a checkpoint's config holds is no setting (scripts/evaluate.py on a motion run
+    refused it as --max_sequence_length 0; docs/experiments/2026-11-26-motion.md)."""
+    from ddpo_grpo.checkpoint.run_state import final_manifest
+    from tests.test_doc_commands import REPO
+
+    run = _run(tmp_path, {"kind": "full", "sampling": {**SAMPLING, "max_sequence_length": 0}})
+    _state(run, 1, {"eval_num_steps": 12, "max_sequence_length": 0})
+    got, _ = run_sampling_settings(str(run))
+    assert "max_sequence_length" not in got and got["num_steps"] == 3
+    (run / "final" / "ddpo_grpo_final.json").write_text(json.dumps({"kind": "full"}))  # no "sampling": the config's
+    assert run_sampling_settings(str(run))[0] == {"num_steps": 12}
+
+    from config.base import get_config
+    from ddpo_grpo.policies import build_policy, load_pipeline
+
+    config = get_config()
+    config.train.use_lora, config.sample.max_sequence_length = False, 0
+    policy = build_policy(load_pipeline(str(REPO / "worlds" / "shapes" / "models" / "sd3")), max_sequence_length=0)
+    assert final_manifest(config, policy, "m")["sampling"]["max_sequence_length"] == 256  # SD3's own default

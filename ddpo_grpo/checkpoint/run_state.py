@@ -245,7 +245,7 @@ def final_manifest(config, policy, model_path: str) -> dict:
     manifest["sampling"] = {
         "num_steps": s.eval_num_steps,
         "guidance_scale": s.guidance_scale,
-        "max_sequence_length": s.max_sequence_length,
+        "max_sequence_length": getattr(policy, "max_sequence_length", s.max_sequence_length),  # 0 resolved
         "resolution": policy.resolution,
         "kernel": policy.kernel,
         "negative_prompt": s.negative_prompt,
