@@ -5,7 +5,7 @@ flag; else the run's own settings, ``ddpo_grpo.run_sampling.run_sampling_setting
 its pipeline directory's :data:`MODEL_SAMPLING_FILE`; else :data:`DEFAULT_SAMPLING`), their range checks and
 --out's, the policy built from a loaded pipeline with a refused setting reported as the flag that set it,
 deterministic samples scored by rewards (evaluate.py's, for the model and for --compare's base), the torch device,
-and a command's ``main`` (a ``UsageError`` becomes argparse's one-line message and exit status 2).
+and a command's ``main`` (``ddpo_grpo.script_args``: a ``UsageError`` is one line and exit status 2).
 """
 
 from __future__ import annotations
@@ -262,12 +262,9 @@ def device_of(args):
     return torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
-def run_command(parser: argparse.ArgumentParser, fn, argv=None) -> int:
-    """Parse ``argv`` and run ``fn(args)``: 0 on success; a UsageError exits through ``parser.error`` (its message
-    in one line, exit status 2)."""
-    args = parser.parse_args(argv)
-    try:
-        fn(args)
-    except UsageError as exc:
-        parser.error(str(exc))
-    return 0
+def run_command(parser, fn, argv=None) -> int:
+    """Parse ``argv`` and run ``fn(args)`` (``ddpo_grpo.script_args.run_script``): 0 on success; a bad command line
+    or input prints one line and raises ``SystemExit(2)``, as argparse does; --debug shows the traceback."""
+    from ddpo_grpo.script_args import run_script
+
+    return run_script(parser, fn, argv, raise_status=True)

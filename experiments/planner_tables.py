@@ -6,7 +6,7 @@ One table per recipe: the parts per process (GiB) for ddp × 1, ddp × 8, fsdp �
 ddp × 1: nothing to shard), the peak, whether it fits 80 GiB, the largest train.batch_size that fits, and the same
 two with train.gradient_checkpointing. Each recipe is loaded under WORLD_SIZE = P as train.py would be (its
 per-process batch counts follow P); the model is built once on the meta device from the shipped configs. The same
-numbers per column: ``python scripts/plan.py --config <recipe> --gpus P --gpu-memory 80``.
+numbers per column: ``python scripts/plan.py --config <recipe> --gpus P --gpu_memory 80``.
 
     python experiments/planner_tables.py --margins
 

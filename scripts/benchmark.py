@@ -48,12 +48,12 @@ ratio meets it. Times are seconds per call (one rollout batch / one update_phase
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -61,6 +61,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch
+
+from ddpo_grpo.cli import UsageError
+from ddpo_grpo.script_args import run_script, script_parser
 
 TARGETS = {"rollout": 1.05, "train": 1.10}
 
@@ -265,8 +268,9 @@ def bench_train(trainer, args) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- main
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser():
+    summary, details = __doc__.split("\n\n", 1)
+    parser = script_parser(__file__, summary, epilog=details)
     parser.add_argument("--repeats", type=int, default=7, help="timed A/B pairs per measurement (after 1 warm-up)")
     parser.add_argument("--num_steps", type=int, default=10, help="denoising steps T")
     parser.add_argument("--batch_size", type=int, default=8, help="images per sampling batch (sample.batch_size)")
@@ -287,12 +291,38 @@ def main(argv=None):
         help="torch.set_num_threads(N) before measuring; 0 = leave torch's default (on a shared 2-core machine, "
         "1 gives far steadier numbers: see the note in the module docstring)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Measure and print the table; the exit status (2 and one line for a bad flag)."""
+    return run_script(build_parser(), run, argv)
+
+
+def _checked(args) -> tuple[list[str], list[int], set[str]]:
+    """The models, resolutions and measurements of the flags; a bad one is a UsageError naming it."""
+    models = all_models() if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in all_models()]
+    if unknown or not models:
+        raise UsageError(f"--models {args.models!r}: give a comma list of {', '.join(all_models())}, or 'all'")
+    try:
+        resolutions = [int(r) for r in args.resolution.split(",") if r.strip()]
+    except ValueError:
+        resolutions = []
+    if not resolutions or min(resolutions) < 1:
+        raise UsageError(f"--resolution {args.resolution!r}: give a comma list of positive pixel sizes, e.g. 32,64")
+    only = {m.strip() for m in args.only.split(",")}
+    if not only or not only <= {"rollout", "train"}:
+        raise UsageError(f"--only {args.only!r}: give a comma list of rollout, train")
+    if args.repeats < 1 or args.num_steps < 1 or args.batch_size < 1:
+        raise UsageError("--repeats, --num_steps and --batch_size must be >= 1")
+    return models, resolutions, only
+
+
+def run(args) -> None:
+    models, resolutions, only = _checked(args)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    models = all_models() if args.models == "all" else [m.strip() for m in args.models.split(",") if m.strip()]
-    resolutions = [int(r) for r in args.resolution.split(",") if r.strip()]
-    only = {m.strip() for m in args.only.split(",")}
 
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; repeats={args.repeats} "
@@ -349,4 +379,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -27,7 +27,6 @@ Runs already finished in --out are reused (delete a run's directory to redo it).
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import math
@@ -38,6 +37,9 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from ddpo_grpo.cli import UsageError
+from ddpo_grpo.script_args import run_script, script_parser
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = f"{REPO / 'config' / 'shapes.py'}:sd3_quick"
@@ -209,18 +211,17 @@ def report(results: dict[str, list[dict]], every: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 1)[1],
-    )
-    p.add_argument("--out", type=Path, default=None, help="directory of the runs")
+def build_parser():
+    summary, details = __doc__.split("\n\n", 1)
+    p = script_parser(__file__, summary, epilog=details)
+    p.add_argument("--out", type=Path, default=None, help="directory of the runs (required unless --summarize)")
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated training seeds")
     p.add_argument("--epochs", type=int, default=40, help="epochs of 256 images each")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (each uses OMP_NUM_THREADS threads)")
-    p.add_argument("--reward", choices=sorted(REWARDS), default="shapes")
+    p.add_argument(
+        "--reward", choices=sorted(REWARDS), default="shapes", help="the training reward (jpeg: the dense control)"
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -230,23 +231,31 @@ def main(argv=None) -> int:
     )
     p.add_argument("--every", type=int, default=5, help="print the curve every N epochs")
     p.add_argument("--summarize", type=Path, default=None, help="only print the table of the runs in this directory")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    """Run (or --summarize) the benchmark and print its table; the exit status (2 and one line for a bad flag)."""
+    return run_script(build_parser(), run, argv)
+
+
+def run(args) -> None:
     if args.summarize is not None:
         results: dict[str, list[dict]] = {}
-        for run in sorted(
+        for folder in sorted(
             d
             for d in args.summarize.iterdir()
             if (d / "metrics.jsonl").is_file() and (d / "metrics.jsonl").stat().st_size
         ):
-            results.setdefault(run.name.rsplit("_s", 1)[0], []).append(summarize_run(run))
+            results.setdefault(folder.name.rsplit("_s", 1)[0], []).append(summarize_run(folder))
         print(report(results, args.every))
-        return 0
+        return
     if args.out is None:
-        p.error("--out is required (or --summarize DIR)")
+        raise UsageError("--out is required (or --summarize DIR)")
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
-        p.error(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
+        raise UsageError(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
     extra = {}
     for item in args.set:
         key, _, value = item.partition("=")
@@ -254,7 +263,10 @@ def main(argv=None) -> int:
             extra[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             extra[key] = value  # a plain string
-    seeds = [int(s) for s in args.seeds.split(",")]
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise UsageError(f"--seeds {args.seeds!r}: give a comma list of integers, e.g. 0,1,2") from None
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     jobs = [(v, s) for v in variants for s in seeds]
@@ -266,7 +278,6 @@ def main(argv=None) -> int:
     for variant, summary in done:
         results.setdefault(variant, []).append(summary)
     print(report(results, args.every))
-    return 0
 
 
 if __name__ == "__main__":

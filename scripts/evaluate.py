@@ -83,6 +83,7 @@ from ddpo_grpo.sampling_cli import (
     sample_and_score,
 )
 from ddpo_grpo.scorer_pairs import between_scorers, format_between, model_against_base, paired_json, without_metrics
+from ddpo_grpo.script_args import ScriptParser, script_parser
 from ddpo_grpo.text_sampling import is_text, resolve_text
 from foundation.atomic_io import atomic_write_text
 
@@ -90,11 +91,8 @@ from foundation.atomic_io import atomic_write_text
 GRID_SAMPLES = 64
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description="Score deterministic samples of a pipeline or a run's output with a reward, per group.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+def build_parser() -> ScriptParser:
+    p = script_parser(__file__, "Score deterministic samples of a pipeline or a run's output with a reward, per group")
     p.add_argument("--model", required=True, help="pipeline directory, hub id, or a run directory / its final/")
     p.add_argument(
         "--prompts",

@@ -1,8 +1,8 @@
 """Memory planner: a recipe's per-GPU peak memory, part by part, for DDP and FSDP, before launching anything.
 
-    python scripts/plan.py --config config/flux.py:pickscore --gpus 8 --gpu-memory 80
+    python scripts/plan.py --config config/flux.py:pickscore --gpus 8 --gpu_memory 80
     python scripts/plan.py --config config/qwen_image.py:pickscore --gpus 16 --config.train.gradient_checkpointing=True
-    python scripts/plan.py --model config/model_configs/qwen2.5-7b --gpus 8 --gpu-memory 80 --config.train.use_lora=False
+    python scripts/plan.py --model config/model_configs/qwen2.5-7b --gpus 8 --gpu_memory 80 --config.train.use_lora=False
 
 --model DIR plans DIR (a pipeline or causal LM directory, or a shipped name) instead of the recipe's pretrained.model;
 a causal LM (a config.json naming a *ForCausalLM architecture) is planned from closed formulas
@@ -14,8 +14,9 @@ train.py would load it under --gpus processes (WORLD_SIZE), so its per-process b
 Prints the model's sizes, a table of the parts (GiB per process) for ddp and fsdp, and the one-line summary that
 train.py prints at start-up. docs/scaling.md explains each part; ddpo_grpo/planner/estimate.py derives them.
 
-Options: --config FILE[:NAME], --config.<field>=<value>, --model DIR, --gpus N (processes, ≥ 1; default 1), --gpu-memory GiB
-(per GPU, > 0; default 80), --debug. Exit status 2 on a bad input (one line naming it).
+Options (--help lists them with their defaults): --config FILE[:NAME], --config.<field>=<value>, --model DIR, --gpus N,
+--gpu_memory GiB, --debug (--gpu-memory, the old spelling, still works until 0.3.0). Exit status 2 on a bad input (one
+line naming it).
 """
 
 import os
@@ -26,50 +27,59 @@ import config
 DEFAULT_CONFIG = os.path.join(os.path.dirname(config.__file__), "quickstart.py")
 
 
-def _take(argv: list[str], flag: str, default: str) -> tuple[str, list[str]]:
-    """The value of ``flag`` (``--flag V`` or ``--flag=V``) and argv without it."""
-    value, rest, i = default, [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == flag and i + 1 < len(argv):
-            value, i = argv[i + 1], i + 2
-            continue
-        if arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-        i += 1
-    return value, rest
+def build_parser():
+    from ddpo_grpo.script_args import config_override, script_parser
+
+    summary, details = __doc__.split("\n\n", 1)
+    p = script_parser(
+        __file__,
+        summary,
+        epilog=details,
+        usage="%(prog)s [--config FILE.py[:NAME]] [--config.<field>=<value> ...] [--model DIR] [--gpus N] "
+        "[--gpu_memory GiB] [--debug]",
+        passthrough=config_override,
+        config_forms="--config.<field>=<value>",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE.py[:NAME]",
+        default=None,
+        help="the recipe: a config file and one of its functions (default: config/quickstart.py)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="DIR",
+        default="",
+        help="plan DIR (a pipeline or causal LM directory, or a shipped name) instead of the recipe's "
+        "pretrained.model (default: the recipe's)",
+    )
+    p.add_argument("--gpus", type=int, default=1, metavar="N", help="processes (WORLD_SIZE), >= 1")
+    p.add_argument("--gpu_memory", type=float, default=80.0, metavar="GiB", help="memory per GPU in GiB, > 0")
+    p.add_argument_group(
+        "config fields (ml-collections)",
+        "--config.<field>=<value>   set one config field, e.g. --config.train.use_lora=False (every field: "
+        "config/base.py)",
+    )
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``argv``: a command line with the program first (default ``sys.argv``); the exit status."""
     argv = list(sys.argv if argv is None else argv)
-    if any(a in ("-h", "--help") for a in argv[1:]):
-        print(__doc__)
-        return 0
-    debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
-    gpus, argv = _take(argv, "--gpus", "1")
-    memory, argv = _take(argv, "--gpu-memory", "80")
-    model, argv = _take(argv, "--model", "")
 
-    def run():
+    def run(args):
         from ddpo_grpo.cli import UsageError, load_config
 
-        try:
-            n, gib = int(gpus), float(memory)
-        except ValueError:
-            raise UsageError(
-                f"--gpus {gpus!r} / --gpu-memory {memory!r}: give an integer ≥ 1 and a number > 0"
-            ) from None
+        n, gib, model = args.gpus, args.gpu_memory, args.model
         if n < 1:
             raise UsageError(f"--gpus {n}: the number of processes must be ≥ 1")
         if not gib > 0:
-            raise UsageError(f"--gpu-memory {memory}: GiB per GPU must be > 0")
+            raise UsageError(f"--gpu_memory {gib:g}: GiB per GPU must be > 0")
         previous = os.environ.get("WORLD_SIZE")
         os.environ["WORLD_SIZE"] = str(n)  # the recipes derive per-process counts from it
         try:
-            cfg = load_config(argv, DEFAULT_CONFIG)
+            config_argv = [argv[0], *([f"--config={args.config}"] if args.config else []), *args.overrides]
+            cfg = load_config(config_argv, DEFAULT_CONFIG)
         finally:
             if previous is None:
                 os.environ.pop("WORLD_SIZE")
@@ -88,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         for e in p.estimates:
             print(report.summary(p, e))
 
-    from ddpo_grpo.cli import run_main
+    from ddpo_grpo.script_args import run_script
 
-    return run_main(run, debug=debug)
+    return run_script(build_parser(), run, argv[1:])
 
 
 if __name__ == "__main__":

@@ -52,7 +52,6 @@ so stochastic samples are reproducible for a given (--seed, --batch_size) but ch
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -69,15 +68,16 @@ from ddpo_grpo.sampling_cli import (
     resolve_and_check,
     run_command,
 )
+from ddpo_grpo.script_args import ScriptParser, script_parser
 from ddpo_grpo.seeding import derive_seed
 from ddpo_grpo.text_sampling import add_text_flags, is_text, write_text_samples
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description="Sample one PNG (images), .gif/.mp4/.png (videos) or .npy/.gif/.png (motions) per prompt, and an "
+def build_parser() -> ScriptParser:
+    p = script_parser(
+        __file__,
+        "Sample one PNG (images), .gif/.mp4/.png (videos) or .npy/.gif/.png (motions) per prompt, and an "
         "index.jsonl, from a pipeline or a run's output.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model", required=True, help="pipeline directory, hub id, or a run directory / its final/")
     p.add_argument("--prompts", required=True, help=".txt / .json / .jsonl file or a built-in prompt list name")

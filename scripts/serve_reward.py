@@ -37,12 +37,13 @@ The protocol, the limits and the threat model: reward_models/server/__init__.py 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import sys
 
+from ddpo_grpo.cli import UsageError
+from ddpo_grpo.script_args import run_script, script_parser
 from reward_models.remote import TOKEN_ENV
 from reward_models.server import (
     DEFAULT_BODY_TIMEOUT,
@@ -63,39 +64,54 @@ from reward_models.server import (
 __all__ = ["PNG_SIGNATURE", "decode_images", "main", "make_server", "public_name", "redact"]
 
 
-def main(argv: list | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0],
-        epilog=__doc__.split("\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def build_parser():
+    summary, details = __doc__.split("\n", 1)
+    p = script_parser(__file__, summary, epilog=details)
+    p.add_argument("--reward", required=True, help="registry name or path/to/file.py:fn")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (loopback only by default)")
+    p.add_argument("--port", type=int, default=8765, help="port; 0 picks a free one")
+    p.add_argument("--token", default=None, help=f"bearer token required on /score (default: ${TOKEN_ENV})")
+    p.add_argument("--kwargs", default="{}", help="JSON object of reward factory kwargs")
+    p.add_argument("--max_batch", type=int, default=64, help="images per call of the reward, at most")
+    p.add_argument("--data_root", default=None, help="directory metadata paths may name (default: none)")
+    p.add_argument("--max_body_mb", type=float, default=DEFAULT_MAX_BODY / 2**20, help="largest request body, MiB")
+    p.add_argument(
+        "--max_request_pixels", type=int, default=DEFAULT_MAX_REQUEST_PIXELS, help="decoded pixels one request may cost"
     )
-    parser.add_argument("--reward", required=True, help="registry name or path/to/file.py:fn")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--token", default=None, help=f"bearer token (default: ${TOKEN_ENV})")
-    parser.add_argument("--kwargs", default="{}", help="JSON object of reward factory kwargs")
-    parser.add_argument("--max_batch", type=int, default=64)
-    parser.add_argument("--data_root", default=None, help="directory metadata paths may name (default: none)")
-    parser.add_argument("--max_body_mb", type=float, default=DEFAULT_MAX_BODY / 2**20)
-    parser.add_argument("--max_request_pixels", type=int, default=DEFAULT_MAX_REQUEST_PIXELS)
-    parser.add_argument("--max_server_pixels", type=int, default=DEFAULT_MAX_SERVER_PIXELS)
-    parser.add_argument("--max_connections", type=int, default=DEFAULT_MAX_CONNECTIONS)
-    parser.add_argument("--header_timeout", type=float, default=DEFAULT_HEADER_TIMEOUT)
-    parser.add_argument("--body_timeout", type=float, default=DEFAULT_BODY_TIMEOUT)
-    args = parser.parse_args(argv)
+    p.add_argument(
+        "--max_server_pixels",
+        type=int,
+        default=DEFAULT_MAX_SERVER_PIXELS,
+        help="decoded pixels of all requests in flight together",
+    )
+    p.add_argument(
+        "--max_connections", type=int, default=DEFAULT_MAX_CONNECTIONS, help="worker threads (requests at once)"
+    )
+    p.add_argument(
+        "--header_timeout", type=float, default=DEFAULT_HEADER_TIMEOUT, help="seconds for the request line and headers"
+    )
+    p.add_argument("--body_timeout", type=float, default=DEFAULT_BODY_TIMEOUT, help="seconds for the body")
+    return p
 
+
+def main(argv: list | None = None) -> int:
+    """Serve until Ctrl-C; 0. A bad flag or a reward that cannot be built: one line and ``SystemExit(2)``."""
+    return run_script(build_parser(), serve, argv, raise_status=True)
+
+
+def serve(args) -> None:
     try:
         kwargs = json.loads(args.kwargs)
     except ValueError as exc:
-        parser.error(f"--kwargs is not valid JSON: {exc}")
+        raise UsageError(f"--kwargs is not valid JSON: {exc}") from exc
     if not isinstance(kwargs, dict):
-        parser.error(f"--kwargs must be a JSON object, got {type(kwargs).__name__}")
+        raise UsageError(f"--kwargs must be a JSON object, got {type(kwargs).__name__}")
     if args.max_batch < 1:
-        parser.error("--max_batch must be >= 1")
+        raise UsageError("--max_batch must be >= 1")
     if args.max_body_mb <= 0:
-        parser.error("--max_body_mb must be > 0")
+        raise UsageError("--max_body_mb must be > 0")
     if args.data_root is not None and not os.path.isdir(args.data_root):
-        parser.error(f"--data_root {args.data_root!r} is not a directory")
+        raise UsageError(f"--data_root {args.data_root!r} is not a directory")
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -104,7 +120,7 @@ def main(argv: list | None = None) -> int:
     try:
         reward_fn = reward_models.load_reward(args.reward, **kwargs)
     except (ValueError, TypeError, RuntimeError, OSError) as exc:  # unknown name, bad kwargs, weights not found
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")  # one line (exit status 2), without the usage block
+        raise UsageError(str(exc)) from exc  # one line (exit status 2)
     if "root" in kwargs:
         LOG.warning(
             "the reward's 'root' does not apply to paths in requests: the server resolves them inside "
@@ -127,7 +143,7 @@ def main(argv: list | None = None) -> int:
             body_timeout=args.body_timeout,
         )
     except ValueError as exc:
-        parser.error(str(exc))
+        raise UsageError(str(exc)) from exc
     host, port = server.server_address[:2]
     if not is_loopback(args.host) and not token:
         LOG.warning(
@@ -143,7 +159,6 @@ def main(argv: list | None = None) -> int:
         pass
     finally:
         server.server_close()
-    return 0
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ Any field can be overridden: --config.train.learning_rate=1e-4 --config.sample.n
 Exit status: 0 done; 2 a bad input (config field, file, model, reward: one message naming it and the fix);
 1 a run that stopped itself (non-finite updates, epochs that teach nothing; ddpo_grpo/guard.py); 130 interrupted
 (Ctrl-C: the last checkpoint stays, and the line printed is the command that resumes).
---debug shows the traceback instead.
+--debug shows the traceback instead; --help lists the options.
 """
 
 import os
@@ -47,34 +47,50 @@ import config
 DEFAULT_CONFIG = os.path.join(os.path.dirname(config.__file__), "quickstart.py")  # config/ is an installed package
 
 
-OPTIONS = """usage: python scripts/train.py [--config FILE.py[:NAME]] [--config.<field>=<value> ...] [--print_config] [--debug]
+def build_parser():
+    from ddpo_grpo.script_args import config_override, script_parser
 
-options:
-  --config FILE.py[:NAME]    the experiment: a config file and one of its functions (default: config/quickstart.py)
-  --config.<field>=<value>   set one config field, e.g. --config.num_epochs=4 (every field: config/base.py)
-  --config.resume_from=RUN   continue RUN with its saved config.json (no --config needed; only num_epochs,
-                             save_freq, logging.*, eval.freq may change)
-  --print_config             check the resolved config as a start would (every field and cross-field rule, at
-                             the launch's WORLD_SIZE), print it as JSON and exit: nothing is loaded or written
-  --debug                    show the traceback of a failure instead of its one-line message
-  -h, --help                 show this text
-"""
+    summary, details = __doc__.split("\n\n", 1)
+    p = script_parser(
+        __file__,
+        summary,
+        epilog=details,
+        usage="%(prog)s [--config FILE.py[:NAME]] [--config.<field>=<value> ...] [--print_config] [--debug]",
+        passthrough=config_override,
+        config_forms="--config.<field>=<value>",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE.py[:NAME]",
+        default=None,
+        help="the experiment: a config file and one of its functions (default: config/quickstart.py; with "
+        "--config.resume_from alone, the run's saved config)",
+    )
+    p.add_argument(
+        "--print_config",
+        action="store_true",
+        help="check the resolved config as a start would (every field and cross-field rule, at the launch's "
+        "WORLD_SIZE), print it as JSON and exit: nothing is loaded or written",
+    )
+    p.add_argument_group(
+        "config fields (ml-collections)",
+        "--config.<field>=<value>   set one config field, e.g. --config.num_epochs=4 (every field: config/base.py)\n"
+        "--config.resume_from=RUN   continue RUN with its saved config.json (no --config needed; only num_epochs,\n"
+        "                           save_freq, logging.*, eval.freq may change)",
+    )
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``argv``: a command line with the program first (default ``sys.argv``); the exit status."""
     argv = list(sys.argv if argv is None else argv)
-    if any(a in ("-h", "--help") for a in argv[1:]):
-        print(OPTIONS + "\n" + __doc__)
-        return 0
-    debug, print_only = "--debug" in argv, "--print_config" in argv
-    argv = [a for a in argv if a not in ("--debug", "--print_config")]
 
-    def train():
+    def train(args):
         from ddpo_grpo import run_dir
         from ddpo_grpo.cli import load_config
 
-        config = load_config(argv, DEFAULT_CONFIG)
-        if print_only:  # a dry run refuses what a start would, before any file is read (WORLD_SIZE: the launch's)
+        config = load_config(config_argv(argv[0], args), DEFAULT_CONFIG)
+        if args.print_config:  # a dry run refuses what a start would (at the launch's WORLD_SIZE), reading nothing
             from ddpo_grpo import distributed
             from ddpo_grpo.config_checks import validate
 
@@ -83,12 +99,17 @@ def main(argv: list[str] | None = None) -> int:
             return
         from ddpo_grpo.trainer import Trainer
 
-        run_dir.launch_command = ["python", *argv]
+        run_dir.launch_command = ["python", *(a for a in argv if a not in ("--debug", "--print_config"))]
         Trainer(config).run()
 
-    from ddpo_grpo.cli import run_main
+    from ddpo_grpo.script_args import run_script
 
-    return run_main(train, debug=debug)
+    return run_script(build_parser(), train, argv[1:])
+
+
+def config_argv(prog: str, args) -> list[str]:
+    """The command line ``ddpo_grpo.cli.load_config`` reads: --config (when given) and the --config.<field> ones."""
+    return [prog, *([f"--config={args.config}"] if args.config is not None else []), *args.overrides]
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ def test_one_backward_per_step_overlaps_gradients_and_activations(tiny_flux):
 
 def test_plan_script_on_a_shipped_recipe(capsys):
     plan = load_script("plan")
-    assert plan.main(["plan.py", "--config", "config/wan.py:t2v", "--gpus", "8", "--gpu-memory", "80"]) == 0
+    assert plan.main(["plan.py", "--config", "config/wan.py:t2v", "--gpus", "8", "--gpu_memory", "80"]) == 0
     out = capsys.readouterr().out
     assert "| **peak** |" in out and "memory plan (fsdp × 8)" in out and "Wan" in out
 
@@ -160,7 +160,7 @@ def test_plan_script_on_a_shipped_recipe(capsys):
     [
         (["--config", "config/nope.py:x"], "no such file"),
         (["--config", "config/wan.py:t2v", "--gpus", "0"], "--gpus 0"),
-        (["--config", "config/wan.py:t2v", "--gpu-memory", "-8"], "--gpu-memory -8"),
+        (["--config", "config/wan.py:t2v", "--gpu_memory", "-8"], "--gpu_memory -8"),
         (["--config", "config/wan.py:t2v", "--config.pretrained.model=nowhere/at-all"], "pretrained.model="),
     ],
 )

@@ -148,7 +148,7 @@ def test_logits_dominate_checkpointed_activations_for_qwen():
 def test_plan_script_prints_the_7b_table():
     plan = load_script("plan")
     out = io.StringIO()
-    argv = ["plan.py", "--model", "config/model_configs/qwen2.5-7b", "--gpus", "8", "--gpu-memory", "80"]
+    argv = ["plan.py", "--model", "config/model_configs/qwen2.5-7b", "--gpus", "8", "--gpu_memory", "80"]
     argv += ["--config.train.use_lora=False", "--config.distributed.strategy=fsdp", "--config.mixed_precision=bf16"]
     with contextlib.redirect_stdout(out):
         assert plan.main(argv) == 0

@@ -1,7 +1,7 @@
 """The memory planner: a training run's per-process peak memory, part by part, before anything is loaded.
 
     plan(config, processes, memory_gib) -> Plan      (both strategies; Plan.estimate(strategy))
-    python scripts/plan.py --config config/flux.py:pickscore --gpus 8 --gpu-memory 80
+    python scripts/plan.py --config config/flux.py:pickscore --gpus 8 --gpu_memory 80
 
 The model is built on the meta device from its configs (a pipeline directory, or a hub id mapped to the shipped
 configs under config/model_configs/): no weights are read. A causal language model (a config.json naming a

@@ -21,7 +21,7 @@ import typing
 from ddpo_grpo.pretraining.config import PretrainConfig, ResumeError
 
 #: command-line flags of every pretraining script that are not config fields
-RUN_FLAGS = ("out", "resume", "threads", "tiny")
+RUN_FLAGS = ("out", "resume", "threads", "tiny", "debug")  # (--debug: every command's, ddpo_grpo/script_args.py)
 
 
 def field_parser(tp):

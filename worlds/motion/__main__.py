@@ -94,8 +94,9 @@ def _train_evaluator(args: argparse.Namespace, p: argparse.ArgumentParser) -> in
         cfg = dataclasses.replace(base, model=dataclasses.replace(base.model, **model_kw), **train_kw)
         train(cfg, args.out, resume=args.resume, export=args.export)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        from ddpo_grpo.cli import UsageError
+
+        raise UsageError(str(exc)) from exc  # (one line, exit status 2; --debug: the traceback)
     return 0
 
 
