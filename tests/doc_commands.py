@@ -201,15 +201,21 @@ def parse_only(main, argv: list[str]):
     """The argparse namespace ``main(argv)`` parses, without running the command: the script's real parser (unknown
     flags and bad values fail with argparse's SystemExit(2) and message, captured). Returns (namespace or None,
     the parser's output)."""
-    original = argparse.ArgumentParser.parse_args
+    from ddpo_grpo.script_args import ScriptParser
+
+    classes = (argparse.ArgumentParser, ScriptParser)  # the scripts' parser overrides argparse's parse_args
+    originals = {cls: cls.__dict__["parse_args"] for cls in classes}
     outer = []
 
-    def parse_args(self, args=None, namespace=None):
-        namespace = original(self, args, namespace)
-        if not outer:  # the first (outermost) parse is the command's
-            outer.append(namespace)
-            raise Parsed(namespace)
-        return namespace
+    def wrapped(cls):
+        def parse_args(self, args=None, namespace=None):
+            namespace = originals[cls](self, args, namespace)
+            if not outer:  # the first (outermost) parse is the command's
+                outer.append(namespace)
+                raise Parsed(namespace)
+            return namespace
+
+        return parse_args
 
     def serve_forever(self, *args, **kwargs):  # a script that parses its flags some other way must not serve here
         raise Parsed(None)
@@ -218,7 +224,9 @@ def parse_only(main, argv: list[str]):
 
     err = io.StringIO()
     serving = socketserver.BaseServer.serve_forever
-    argparse.ArgumentParser.parse_args, socketserver.BaseServer.serve_forever = parse_args, serve_forever
+    for cls in classes:
+        cls.parse_args = wrapped(cls)
+    socketserver.BaseServer.serve_forever = serve_forever
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
             main(argv)
@@ -229,7 +237,9 @@ def parse_only(main, argv: list[str]):
     except SystemExit:
         return None, err.getvalue()
     finally:
-        argparse.ArgumentParser.parse_args, socketserver.BaseServer.serve_forever = original, serving
+        for cls, original in originals.items():
+            cls.parse_args = original
+        socketserver.BaseServer.serve_forever = serving
     return None, err.getvalue() + "\n(the command ran without argparse's parse_args)"
 
 

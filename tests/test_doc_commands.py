@@ -122,6 +122,11 @@ RULES = (
         "evaluates 2 prompts (--limit 2 --per_group 0 appended)",
     ),
     Rule(
+        r"python scripts/evaluate\.py --model worlds/\S+ .*",
+        "parse+tiny",
+        "a shipped model, evaluated as written on 2 prompts (--limit 2 --per_group 0 appended)",
+    ),
+    Rule(
         r"python scripts/evaluate\.py --model MODEL --prompts arithmetic_test .*",
         "parse+tiny",
         "MODEL = the shipped ArithmeticWorld Qwen2 (the note's trained runs are not kept); 2 prompts (--limit 2 "
