@@ -89,10 +89,12 @@ def resume_safe(field: str) -> bool:
 def resumed_config(argv: list[str], resume_from: str, default: str):
     """The saved config of the run ``resume_from`` names (run_dir.saved_config: its config.json, or an older run's
     checkpoint state.json), with the command line's RESUME_SAFE overrides applied; any other override is a
-    UsageError naming the field. The run continues in the directory resume_from names (run_name cleared)."""
+    UsageError naming the field. The run continues in the directory resume_from names (run_name cleared).
+    A run saved by an older version is brought up to this one (``run_dir.upgrade_saved``, one line each): fields added
+    since take their defaults (config/base.py beside ``default``), saved fields this version lacks are dropped."""
     from ml_collections import ConfigDict
 
-    from ddpo_grpo.run_dir import saved_config
+    from ddpo_grpo.run_dir import saved_config, upgrade_saved
 
     found = saved_config(resume_from)
     if found is None:
@@ -110,7 +112,9 @@ def resumed_config(argv: list[str], resume_from: str, default: str):
                 f"{', '.join(s + '*' if s.endswith('.') else s for s in RESUME_SAFE)} may change on resume "
                 "(start a new run to change the rest)"
             )
-    config = ConfigDict(values)
+    base = os.path.join(os.path.dirname(default), "base.py")
+    base = base if os.path.isfile(base) else default
+    config = ConfigDict(upgrade_saved(values, _load_file(argv[:1], base, base).to_dict(), source))
     for field in fields:
         *path, leaf = field.split(".")
         node, given = config, parsed

@@ -1,8 +1,11 @@
-"""What a run prints: the start-up lines, one summary line per epoch with the time left, progress bars."""
+"""What a run prints: the start-up lines, one summary line per epoch with the time left, progress bars, and what
+the libraries under it are kept from printing (``quiet_library_logs``)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 import time
 
 import numpy as np
@@ -108,3 +111,45 @@ def timed(timing: dict, key: str):
         yield
     finally:
         timing[key] = timing.get(key, 0.0) + time.perf_counter() - start
+
+
+#: library log messages that are noise for our runs, dropped inside ``quiet_library_logs``: logger name -> pattern of
+#: the message. A pipeline saved without a component on purpose (the tiny SD3 without T5: ``text_encoder_3=None``)
+#: is saved without it, as it should be; a LoRA export holds the denoiser's layers only, so loading it finds none for
+#: the text encoders. The same loggers' other messages (a denoiser without LoRA keys, missing weights) still print.
+NOISE = {
+    "diffusers.pipelines.pipeline_utils": re.compile(r"self\.\w+=None of type <class 'NoneType'> cannot be saved\."),
+    "diffusers.loaders.lora_base": re.compile(r"No LoRA keys associated to \w+ found with the prefix='text_encoder"),
+}
+
+
+class _DropNoise(logging.Filter):
+    def __init__(self, pattern: re.Pattern):
+        super().__init__()
+        self.pattern = pattern
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.pattern.match(record.getMessage())
+
+
+@contextlib.contextmanager
+def quiet_library_logs():
+    """Around loading or saving a pipeline: diffusers' and transformers' progress bars (components loaded, weights
+    loaded, shards written: under a second for our models, a screenful of bars per run) off, and the ``NOISE``
+    messages dropped; both as they were afterwards. Warnings and errors of these libraries otherwise print."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    bars = [m for m in (diffusers_logging, transformers_logging) if m.is_progress_bar_enabled()]
+    filters = [(logging.getLogger(name), _DropNoise(pattern)) for name, pattern in NOISE.items()]
+    for module in bars:
+        module.disable_progress_bar()
+    for logger, noise in filters:
+        logger.addFilter(noise)
+    try:
+        yield
+    finally:
+        for logger, noise in filters:
+            logger.removeFilter(noise)
+        for module in bars:
+            module.enable_progress_bar()

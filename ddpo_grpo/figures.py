@@ -1,8 +1,10 @@
-"""The run report's pictures: a captioned before/after grid and the metrics plot; world-agnostic.
+"""The run report's pictures: a captioned before/after grid, evaluate.py's captioned and scored grid, and the
+metrics plot; world-agnostic.
 
 ``captioned_grid`` tiles rows of images (e.g. before / after training) with a label at the left of each row and a
 caption under each column (the prompt, and its group such as the ShapesWorld task), enlarged by an integer factor
-(nearest neighbour, so small images stay sharp). ``plot_metrics`` draws, against epoch (samples drawn on the top
+(nearest neighbour, so small images stay sharp); ``scored_grid`` tiles evaluate.py's samples, each with
+its prompt and every scorer's verdict under it. ``plot_metrics`` draws, against epoch (samples drawn on the top
 axis): the training reward's mean inside its ±1 std band with the per-group means when the rows carry a group;
 the paired probe's gain ± 2 SE; and the held-out evaluation at every ``eval.freq`` epochs, as curves (one per
 scorer's headline metric, the first scorer's groups dotted), the untrained model at epoch −1.
@@ -28,13 +30,43 @@ from foundation.images import to_uint8
 MIN_CELL = 160
 
 
+def _font():
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=13)  # 16 px a line
+
+
+def _lines(caption: str, notes, chars: int, caption_lines: int = 4) -> list[tuple[str, str]]:
+    """(text, colour) lines under one image: ``caption`` wrapped to ``chars`` a line, at most ``caption_lines`` of
+    them (the rest cut, "..."), then each note (a string, drawn blue, or a (text, colour) pair) wrapped."""
+    lines = [(w, "black") for w in textwrap.wrap(caption, chars, max_lines=caption_lines, placeholder=" ...")]
+    for note in notes or ():
+        text, colour = (note, "#1f5fa8") if isinstance(note, str) else tuple(note)
+        lines += [(w, colour) for w in textwrap.wrap(text, chars)]
+    return lines
+
+
+def _save(canvas, path, captions, notes) -> Path:
+    """``canvas`` as a PNG at ``path`` (atomically), the captions in its "captions" chunk, the notes' texts in
+    "notes"."""
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("captions", json.dumps(list(captions)))
+    if notes is not None and any(notes):
+        info.add_text("notes", json.dumps([[n if isinstance(n, str) else n[0] for n in col] for col in notes]))
+    path = Path(path)
+    with replacing(path) as tmp:
+        canvas.save(tmp, format="PNG", pnginfo=info)
+    return path
+
+
 def captioned_grid(rows: Sequence, row_labels: Sequence[str], captions: Sequence[str], path, notes=None) -> Path:
     """One PNG at ``path`` (written atomically): ``rows`` of N float images [N, 3, H, W] in [0, 1] each, a label at
     the left of each row, ``captions[j]`` under column j and below it the lines ``notes[j]`` (each a string or a
     (text, colour) pair: e.g. the held-out scorers' verdicts). The captions also go into the PNG's "captions"
     chunk, the notes' texts into "notes"."""
-    from PIL import Image, ImageDraw, ImageFont
-    from PIL.PngImagePlugin import PngInfo
+    from PIL import Image, ImageDraw
 
     arrays = [to_uint8(r) for r in rows]
     n, h, w = arrays[0].shape[0], arrays[0].shape[1], arrays[0].shape[2]
@@ -44,14 +76,9 @@ def captioned_grid(rows: Sequence, row_labels: Sequence[str], captions: Sequence
         raise ValueError(f"captioned_grid: {len(notes)} notes for {n} columns; give one list of lines per column")
     scale = max(1, math.ceil(MIN_CELL / max(h, w)))
     cell_w, cell_h = w * scale, h * scale
-    font = ImageFont.load_default(size=13)
-    chars = max(8, cell_w // 7)
-    notes = [
-        [(x, "#1f5fa8") if isinstance(x, str) else tuple(x) for x in col] for col in notes or [[] for _ in captions]
-    ]
-    wrapped = [[(w, "black") for w in textwrap.wrap(c, chars)[:4]] for c in captions]
-    noted = [[(w, colour) for text, colour in col for w in textwrap.wrap(text, chars)] for col in notes]
-    text_h = 16 * max(1, max(len(a) + len(b) for a, b in zip(wrapped, noted))) + 6
+    font = _font()
+    texts = [_lines(c, col, max(8, cell_w // 7)) for c, col in zip(captions, notes or [[] for _ in captions])]
+    text_h = 16 * max(1, max(map(len, texts))) + 6
     label_w = 70
     pad = 6
     canvas = Image.new("RGB", (label_w + n * (cell_w + pad), len(rows) * (cell_h + pad) + text_h), "white")
@@ -65,17 +92,63 @@ def captioned_grid(rows: Sequence, row_labels: Sequence[str], captions: Sequence
             canvas.paste(tile, (left, top))
             draw.rectangle((left - 1, top - 1, left + cell_w, top + cell_h), outline=(170, 170, 170))
     y0 = len(rows) * (cell_h + pad) + 2
-    for j, (lines, extra) in enumerate(zip(wrapped, noted)):
-        for k, (line, colour) in enumerate(lines + extra):
+    for j, lines in enumerate(texts):
+        for k, (line, colour) in enumerate(lines):
             draw.text((label_w + j * (cell_w + pad), y0 + 16 * k), line, fill=colour, font=font)
-    info = PngInfo()
-    info.add_text("captions", json.dumps(list(captions)))
-    if any(notes):
-        info.add_text("notes", json.dumps([[text for text, _ in col] for col in notes]))
-    path = Path(path)
-    with replacing(path) as tmp:
-        canvas.save(tmp, format="PNG", pnginfo=info)
-    return path
+    return _save(canvas, path, captions, notes)
+
+
+def first_scores(scorers) -> dict[str, list]:
+    """``{"<scorer> <metric>": per-sample values}`` of each scorer's first metric (None where it did not apply):
+    the verdicts drawn under the report's and evaluate.py's images. ``scorers``: an ``evaluation.Scorers``."""
+    found = {}
+    for name in scorers.scored:
+        metric, values = next(iter(scorers.values(name).items()), (None, None))
+        if metric is not None:
+            found[f"{name} {metric}"] = [None if math.isnan(v) else v for v in values]
+    return found
+
+
+def score_notes(scores: dict[str, list], n: int) -> list[list[tuple[str, str]]]:
+    """Per image j < n, one (text, colour) line per scorer of ``scores`` (``first_scores``): "<value> <scorer>
+    <metric>", the value first so a wrapped name never hides it; a 0/1 verdict green (1) or red (0), any other score
+    blue, n/a grey."""
+
+    def line(v, label: str, binary: bool) -> tuple[str, str]:
+        if v is None:
+            return f"n/a {label}", "grey"
+        return f"{v:.3g} {label}", ("#18803a" if v == 1 else "#b8312f") if binary else "#1f5fa8"
+
+    binary = {k: all(v in (0, 1, None) for v in vals) for k, vals in scores.items()}
+    return [[line(vals[j], k, binary[k]) for k, vals in scores.items() if j < len(vals)] for j in range(n)]
+
+
+def scored_grid(images, captions: Sequence[str], scorers, path, ncol: int | None = None) -> Path:
+    """evaluate.py's grid.png: float images [N, 3, H, W] in [0, 1], ``ncol`` a row (default ⌈√N⌉), each tile
+    enlarged to at least ``MIN_CELL`` pixels with its caption under it (the prompt, cut to two lines) and the
+    verdict or score of every scorer of ``scorers`` (an ``evaluation.Scorers``, its first N samples: ``score_notes``)
+    below that. The captions also go into the PNG's "captions" chunk, the scores into "notes"."""
+    from PIL import Image, ImageDraw
+
+    arr = to_uint8(images)
+    n, h, w = arr.shape[0], arr.shape[1], arr.shape[2]
+    if n == 0 or len(captions) != n:
+        raise ValueError(f"scored_grid: {len(captions)} captions for {n} images (at least one)")
+    notes = score_notes(first_scores(scorers) if scorers is not None else {}, n)
+    ncol = min(ncol or math.ceil(math.sqrt(n)), n)
+    scale = max(1, math.ceil(MIN_CELL / max(h, w)))
+    cell_w, cell_h, pad = w * scale, h * scale, 6
+    texts = [_lines(c, col, max(8, cell_w // 7), caption_lines=2) for c, col in zip(captions, notes)]
+    row_h = cell_h + 16 * max(map(len, texts)) + 2 * pad
+    canvas = Image.new("RGB", (pad + ncol * (cell_w + pad), pad + math.ceil(n / ncol) * row_h), "white")
+    draw, font = ImageDraw.Draw(canvas), _font()
+    for j, lines in enumerate(texts):
+        left, top = pad + j % ncol * (cell_w + pad), pad + j // ncol * row_h
+        canvas.paste(Image.fromarray(arr[j]).resize((cell_w, cell_h), Image.NEAREST), (left, top))
+        draw.rectangle((left - 1, top - 1, left + cell_w, top + cell_h), outline=(170, 170, 170))
+        for k, (line, colour) in enumerate(lines):
+            draw.text((left, top + cell_h + 3 + 16 * k), line, fill=colour, font=font)
+    return _save(canvas, path, captions, notes)
 
 
 def _series(rows: list[dict], key: str) -> tuple[list, list]:

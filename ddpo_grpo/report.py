@@ -57,15 +57,11 @@ class RunReport:
         """(samples, captions, verdicts) of the fixed prompts; with ``verdicts`` also ``{"<scorer> <metric>": per-sample
         values}`` of every held-out scorer's first metric (else {})."""
         from ddpo_grpo.evaluation import Scorers
+        from ddpo_grpo.figures import first_scores
 
         scorers = Scorers(self.scorers, self.group_by) if verdicts and self.scorers else None
         _, samples, captions = sample(self.rows, scorers) if scorers is not None else sample(self.rows)
-        found = {}
-        for name in scorers.scored if scorers is not None else ():
-            metric, values = next(iter(scorers.values(name).items()), (None, None))
-            if metric is not None:
-                found[f"{name} {metric}"] = [None if math.isnan(v) else v for v in values]
-        return samples, captions, found
+        return samples, captions, first_scores(scorers) if scorers is not None else {}
 
     def _images(self, sample: Callable, verdicts: bool = False):
         """The fixed prompts' previews and captions: the prompt, and its group (e.g. "[position]") when rows carry one;

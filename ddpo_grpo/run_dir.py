@@ -153,3 +153,32 @@ def saved_config(path: Path) -> tuple[dict, Path] | None:
         if isinstance(state.get("config"), dict):
             return state["config"], found[-1] / STATE_FILE
     return None
+
+
+def upgrade_saved(saved: dict, defaults: dict, source, out=None) -> dict:
+    """``saved`` (a saved config, plain dicts) brought up to this version's fields, ``defaults`` (the base config):
+    every field it lacks (added since) takes its default, every field ``defaults`` lacks (removed since) is dropped,
+    each kind printed in one line naming the fields. A deprecated field (config_checks.DEPRECATED) is still a field
+    of this version: it is kept, and the run names it and its replacement at start-up as any config's. Sections are
+    the top-level dicts; a section's fields are taken whole (a dict-valued field, e.g. reward.fns, is one value)."""
+    import sys
+
+    upgraded, filled, dropped = {}, [], []
+    for key, default in defaults.items():
+        if key not in saved:
+            upgraded[key] = default
+            filled.append(key)
+        elif isinstance(default, dict) and isinstance(saved[key], dict):
+            upgraded[key] = {f: saved[key].get(f, value) for f, value in default.items()}
+            filled += [f"{key}.{f}" for f in default if f not in saved[key]]
+            dropped += [f"{key}.{f}" for f in saved[key] if f not in default]
+        else:
+            upgraded[key] = saved[key]
+    dropped += [k for k in saved if k not in defaults]
+    for names, what in (
+        (filled, "fields added since this run was saved take their defaults"),
+        (dropped, "saved fields this version no longer has, ignored"),
+    ):
+        if names:
+            print(f"{what} ({source}): {', '.join(names)}", file=out or sys.stdout, flush=True)
+    return upgraded

@@ -11,7 +11,6 @@ and a command's ``main`` (``ddpo_grpo.script_args``: a ``UsageError`` is one lin
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpo_grpo.cli import UsageError, check_rows_for, native_resolution
-from ddpo_grpo.run_sampling import SAMPLING_KEYS, TEXT_SAMPLING_KEYS, run_sampling_settings
+from ddpo_grpo.run_sampling import MODEL_SAMPLING_FILE, read_settings_file, run_dirs, run_sampling_settings
 
 #: sampling settings when no flag, run or model (MODEL_SAMPLING_FILE) gives them (resolution None = native)
 DEFAULT_SAMPLING = {
@@ -34,11 +33,6 @@ DEFAULT_SAMPLING = {
     "num_frames": 0,
     "guidance_scale_2": None,
 }
-#: a pipeline directory's recommended sampling settings: a JSON object of some of ``ddpo_grpo.run_sampling.SAMPLING_KEYS``
-#: (e.g. ``{"kernel": "ddim", "num_steps": 20, "guidance_scale": 2.5}``; a language model's: of TEXT_SAMPLING_KEYS,
-#: e.g. ``{"max_response_length": 64}``), the settings its world evaluates with;
-#: used for a setting no flag and no run gives (a LoRA run's base model's file too). Every shipped model has one.
-MODEL_SAMPLING_FILE = "sampling.json"
 #: --kernel's choices ('' = the family's default)
 KERNELS = ("", "flow_grpo", "dance", "cps", "ddim", "ddpm")
 
@@ -130,29 +124,19 @@ def check_out(out: str | None) -> None:
 
 def model_sampling_settings(model: str) -> tuple[dict, str]:
     """The sampling settings ``model`` recommends, and the file they were read from: its pipeline directory's
-    :data:`MODEL_SAMPLING_FILE` (for a run's output, its final/'s, else a LoRA run's base model's); ``({}, "")``
-    when there is none (a hub id, a factory file, a directory without one). An unreadable file, or one with a key
-    that is not a sampling setting, is a UsageError naming it."""
+    :data:`MODEL_SAMPLING_FILE` (``ddpo_grpo.run_sampling``; for a LoRA run's output, its base model's: the run's
+    own final/sampling.json is the run's layer, ``run_sampling_settings``); ``({}, "")`` when there is none (a hub
+    id, a factory file, a directory without one). An unreadable file, or one with a key that is not a sampling
+    setting, is a UsageError naming it."""
     from ddpo_grpo.policies import is_factory_spec, resolve_model
 
-    base, lora_dir = resolve_model(os.path.expanduser(str(model)))
-    for folder in (lora_dir, None if is_factory_spec(base) else base):
-        path = Path(folder) / MODEL_SAMPLING_FILE if folder else None
-        if path is None or not path.is_file():
-            continue
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UsageError(f"--model {model!r}: cannot read {path}: {exc}") from exc
-        keys = SAMPLING_KEYS + TEXT_SAMPLING_KEYS
-        unknown = sorted(set(data) - set(keys)) if isinstance(data, dict) else None
-        if unknown is None or unknown:
-            raise UsageError(
-                f"--model {model!r}: {path} must be a JSON object of sampling settings ({', '.join(keys)})"
-                + (f"; unknown: {unknown}" if unknown else "")
-            )
-        return {k: v for k, v in data.items() if v is not None}, str(path)
-    return {}, ""
+    base, _ = resolve_model(os.path.expanduser(str(model)))
+    dirs = run_dirs(model)
+    own = dirs[1].resolve() if dirs is not None else None  # a run's final/: read as the run's settings
+    if is_factory_spec(base) or not Path(base).is_dir() or Path(base).resolve() == own:
+        return {}, ""
+    path = Path(base) / MODEL_SAMPLING_FILE
+    return (read_settings_file(path, model), str(path)) if path.is_file() else ({}, "")
 
 
 def resolve_settings(args, model: str, defaults: dict, out=None) -> dict:

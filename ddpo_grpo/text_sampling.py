@@ -3,7 +3,7 @@ model whose samples are text (``sample_kinds.TEXT_KIND``: a causal-LM directory,
 
 Settings (:func:`add_text_flags`; ``run_sampling.TEXT_SAMPLING_KEYS``): --temperature, --top_p, --max_prompt_length,
 --max_response_length and --stop (repeatable; ``--stop ''`` = none), each from, in order: the flag; the run's own
-(``final/ddpo_grpo_final.json``'s "sampling", else its newest checkpoint's ``sample.*``); the model directory's
+(``final/sampling.json``; an older run's manifest "sampling", else its newest checkpoint's ``sample.*``); the model's
 ``sampling.json`` (``sampling_cli.MODEL_SAMPLING_FILE``); else the adapter's defaults (``LanguageSettings.unset``:
 temperature 1, top_p 1, 512 prompt and 256 response tokens, no stop string). The values used, and where each came
 from, are printed (``sampling_cli.resolve_settings``).

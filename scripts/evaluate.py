@@ -314,7 +314,7 @@ def _result(ev: Evaluation, pipeline_class: str, rows, sampling: dict, out: Path
 
 def _write(ev: Evaluation, result: dict, out: Path) -> None:
     """eval.json, grid.png and, with --compare, grid_base.png (a language model: responses.jsonl)."""
-    from ddpo_grpo.image_grids import save_grid
+    from ddpo_grpo.figures import scored_grid
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "eval.json", json.dumps(_json_safe(result), indent=2, allow_nan=False) + "\n")
@@ -326,7 +326,7 @@ def _write(ev: Evaluation, result: dict, out: Path) -> None:
     for sampled, name in ((ev.model, "grid.png"), (ev.base, "grid_base.png")):
         if sampled is not None:
             images = sampled.policy.preview(sampled.samples[:GRID_SAMPLES])
-            save_grid(images, sampled.captions[:GRID_SAMPLES], str(out / name), nrow=nrow)
+            scored_grid(images, sampled.captions[:GRID_SAMPLES], sampled.scorers, out / name, ncol=nrow)
 
 
 def _print_report(ev: Evaluation, result: dict) -> None:

@@ -282,7 +282,8 @@ def test_script_writes_eval_json_and_grid_deterministically(tiny_dirs, mixed_pro
     assert first["args"]["limit"] == 8 and first["args"]["num_steps"] == 3 and first["resolution"] == 32
 
     with Image.open(tmp_path / "a" / "grid.png") as im:
-        assert im.size == (8 * 130 + 2, 130 + 2)  # 8 tiles of 32 px enlarged 4x, one row, 2-px padding
+        assert im.size == (6 + 8 * (160 + 6), 6 + 160 + 3 * 16 + 12)  # 8 tiles of 32 px enlarged 5x, one row, each
+        # with its prompt and its shapes verdict under it (3 lines of 16 px: test_evaluate_grid.py)
         assert json.loads(im.text["captions"]) == [r["prompt"] for r in _rows_per_task(2)]
     table = capsys.readouterr().out
     assert "task" in table and "strict" in table and all(task in table for task in TASKS)

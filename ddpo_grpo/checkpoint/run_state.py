@@ -12,8 +12,10 @@ and resuming from it replays epochs e + 1, … exactly as the uninterrupted run 
 an epoch derives from the seed and the epoch; the RNG state covers the rest).
 
 ``final/`` is written once, at the end, through the same atomic move into place as a checkpoint: the LoRA layers in
-diffusers' format (``Pipeline.from_pretrained(base).load_lora_weights(final)``) or the complete pipeline, and the
-manifest ``ddpo_grpo_final.json`` (kind, base model, pipeline class, the run's sampling settings).
+diffusers' format (``Pipeline.from_pretrained(base).load_lora_weights(final)``) or the complete pipeline, the
+manifest ``ddpo_grpo_final.json`` (kind, base model, pipeline class) and ``sampling.json``: the settings the run
+sampled and evaluated with, in the schema of a shipped model's recommended settings (``run_sampling``), so that
+``scripts/sample.py --model <final or a copy of it>`` samples as the run evaluated.
 """
 
 from __future__ import annotations
@@ -174,11 +176,13 @@ class RunState:
         self, policy, manifest: dict, weights=contextlib.nullcontext, *, main: bool = True, base: str = ""
     ) -> Path:
         """Write ``<run>/final/`` atomically: the LoRA layers or the whole pipeline, under the ``weights()`` context
-        (e.g. the EMA applied), and the manifest. Every process calls it; the main one writes. A sharded run's
-        trainable weights are gathered to the main process alone, one tensor at a time (the others keep nothing),
-        and a full fine-tune's pipeline is saved from the base's other components with the gathered denoiser in
-        place of the base's (which is not read again)."""
+        (e.g. the EMA applied), the manifest and, from its "sampling" (``final_manifest``), ``sampling.json``.
+        Every process calls it; the main one writes. A sharded run's trainable weights are gathered to the main
+        process alone, one tensor at a time (the others keep nothing), and a full fine-tune's pipeline is saved from
+        the base's other components with the gathered denoiser in place of the base's (which is not read again)."""
+        from ddpo_grpo.console import quiet_library_logs
         from ddpo_grpo.policies import FINAL_MANIFEST, load_pipeline
+        from ddpo_grpo.run_sampling import MODEL_SAMPLING_FILE
 
         final = self.run_dir / "final"
         with weights():
@@ -188,15 +192,19 @@ class RunState:
             tmp = self.run_dir / f"{TMP_PREFIX}final-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
+            sampling = manifest.get("sampling", {})
             try:
-                if manifest["kind"] == "lora":
-                    policy.save_lora(tmp, policy.denoiser, state_dict=gathered)
-                elif gathered is None:
-                    policy.save_pipeline(tmp)
-                else:
-                    fresh = load_pipeline(base, components=whole_denoisers(policy, gathered))
-                    fresh.save_pretrained(str(tmp))
-                (tmp / FINAL_MANIFEST).write_text(json.dumps(manifest, indent=2))
+                with quiet_library_logs():
+                    if manifest["kind"] == "lora":
+                        policy.save_lora(tmp, policy.denoiser, state_dict=gathered)
+                    elif gathered is None:
+                        policy.save_pipeline(tmp)
+                    else:
+                        fresh = load_pipeline(base, components=whole_denoisers(policy, gathered))
+                        fresh.save_pretrained(str(tmp))
+                described = {k: v for k, v in manifest.items() if k != "sampling"}  # (one file holds the settings)
+                (tmp / FINAL_MANIFEST).write_text(json.dumps(described, indent=2))
+                (tmp / MODEL_SAMPLING_FILE).write_text(json.dumps(sampling, indent=2) + "\n")
                 fsync_tree(tmp)
                 move_into_place(tmp, final)
             except BaseException:
@@ -230,31 +238,17 @@ def whole_denoisers(policy, state: dict) -> dict:
 
 
 def final_manifest(config, policy, model_path: str) -> dict:
-    """The manifest of ``final/``: kind (lora | full), base model, pipeline class and the run's sampling settings
-    (how it evaluates; scripts/sample.py and evaluate.py sample a run's output with them by default)."""
+    """What ``RunState.export`` writes beside the weights: kind (lora | full), base model and pipeline class (the
+    manifest), and "sampling", the run's sampling settings (``run_sampling.settings_of_run``), written as
+    ``final/sampling.json`` (scripts/sample.py and evaluate.py sample a run's output with them by default)."""
     from ddpo_grpo.policies import canonical_model
+    from ddpo_grpo.run_sampling import settings_of_run
 
-    s = config.sample
     manifest = (
         {"kind": "lora", "base_model": canonical_model(model_path)} if config.train.use_lora else {"kind": "full"}
     )
     manifest["pipeline_class"] = type(policy.pipeline).__name__
-    if hasattr(policy, "sampling_manifest"):  # a family with settings of its own (causal language models)
-        manifest["sampling"] = policy.sampling_manifest()
-        return manifest
-    manifest["sampling"] = {
-        "num_steps": s.eval_num_steps,
-        "guidance_scale": s.guidance_scale,
-        "max_sequence_length": getattr(policy, "max_sequence_length", s.max_sequence_length),  # 0 resolved
-        "resolution": policy.resolution,
-        "kernel": policy.kernel,
-        "negative_prompt": s.negative_prompt,
-        "image_guidance_scale": s.image_guidance_scale,
-        "num_frames": s.num_frames,
-        "guidance_scale_2": s.get("guidance_scale_2"),
-        "train_num_steps": s.num_steps,
-        "noise_level": policy.noise_level,
-    }
+    manifest["sampling"] = settings_of_run(config, policy)
     return manifest
 
 

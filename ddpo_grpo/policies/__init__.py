@@ -200,6 +200,13 @@ def load_pipeline(model: str, torch_dtype=None, components: dict | None = None):
     ``components``: component name -> a module to use instead of loading that one (e.g. a denoiser built empty for
     sharded loading, ``ddpo_grpo.sharded_loading``).
     """
+    from ddpo_grpo.console import quiet_library_logs
+
+    with quiet_library_logs():  # no loading bars, no notes about components and LoRA layers absent on purpose
+        return _load_pipeline(model, torch_dtype, components)
+
+
+def _load_pipeline(model: str, torch_dtype, components: dict | None):
     from ddpo_grpo.language_model import LanguageModel, is_causal_lm
 
     base, lora_dir = resolve_model(model)
@@ -219,7 +226,7 @@ def load_pipeline(model: str, torch_dtype=None, components: dict | None = None):
         index = _read_model_index(base)
         pipeline_class = _pipeline_class(index.get("_class_name"), model)
         missing = {k: None for k, v in index.items() if isinstance(v, list) and len(v) == 2 and v[0] is None}
-        kwargs = {"torch_dtype": torch_dtype} if torch_dtype is not None else {}
+        kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}  # (diffusers' torch_dtype is deprecated)
         pipeline = pipeline_class.from_pretrained(base, **missing, **(components or {}), **kwargs)
     if lora_dir is not None:
         policy_class(pipeline).load_lora(pipeline, lora_dir)

@@ -29,7 +29,9 @@ def model_path(config, acc) -> str:
         )
     path = (Path(config.logdir) / "_tiny" / config.pretrained.tiny).resolve()
     if acc.is_main_process and not (path / "model_index.json").is_file():
-        with torch.random.fork_rng(devices=[]):  # its own RNG: building it leaves the run's random state alone
+        from ddpo_grpo.console import quiet_library_logs
+
+        with torch.random.fork_rng(devices=[]), quiet_library_logs():  # its own RNG: the run's random state kept
             builders[config.pretrained.tiny](path)
     acc.wait_for_everyone()
     return str(path)
