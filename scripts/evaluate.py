@@ -27,7 +27,7 @@ Usage:
 
 Sampling settings (--num_steps, --guidance_scale, --max_sequence_length, --resolution, --kernel,
 --negative_prompt, --image_guidance_scale): a flag wins; else, for a training run's output, the run's own
-(final/ddpo_grpo_final.json's "sampling", else its newest checkpoint's config: ddpo_grpo/cli.py); else the model's
+(final/sampling.json; an older run: its manifest or newest checkpoint, ddpo_grpo/run_sampling.py); else the model's
 recommended settings (its pipeline directory's sampling.json: docs/models.md); else the defaults of
 ddpo_grpo/sampling_cli.py's DEFAULT_SAMPLING. The values used, and where each came from, are printed
 and saved in eval.json ("sampling"). Sampling is deterministic: noise_level 0 (the flow ODE / DDIM η=0) and the

@@ -36,7 +36,7 @@ Examples:
 
 Sampling settings (--num_steps, --guidance_scale, --max_sequence_length, --resolution, --kernel,
 --negative_prompt, --image_guidance_scale): a flag wins; else, for a training run's output, the run's own
-(final/ddpo_grpo_final.json's "sampling", else its newest checkpoint's config: ddpo_grpo/cli.py), so a run's
+(final/sampling.json; an older run: its manifest or newest checkpoint, ddpo_grpo/run_sampling.py), so a run's
 samples look like its report's; else the model's recommended settings (its pipeline directory's sampling.json:
 docs/models.md); else the defaults of ddpo_grpo/sampling_cli.py's DEFAULT_SAMPLING. The values
 used, and where each came from, are printed.
