@@ -224,9 +224,20 @@ def parse_only(main, argv: list[str]):
 
     err = io.StringIO()
     serving = socketserver.BaseServer.serve_forever
+    from ddpo_grpo import script_args
+
+    running = script_args.run_script
+
+    def run_script(parser, fn, argv=None, **kwargs):  # a guard: whatever parsed, the command itself never runs here
+        def stop(args):
+            raise Parsed(args)
+
+        return running(parser, stop, argv, **kwargs)
+
     for cls in classes:
         cls.parse_args = wrapped(cls)
     socketserver.BaseServer.serve_forever = serve_forever
+    script_args.run_script = run_script
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
             main(argv)
@@ -240,6 +251,7 @@ def parse_only(main, argv: list[str]):
         for cls, original in originals.items():
             cls.parse_args = original
         socketserver.BaseServer.serve_forever = serving
+        script_args.run_script = running
     return None, err.getvalue() + "\n(the command ran without argparse's parse_args)"
 
 
