@@ -72,7 +72,11 @@ RULES = (
         optional="trl",
     ),
     # ---- training on the shipped models: dry run here, a real tiny run in the slow part
-    Rule(r"python scripts/train\.py", "train+tiny", "the quickstart on the shipped ShapesWorld SD model"),
+    Rule(
+        r"python scripts/train\.py( --config\.\S+)*",
+        "train+tiny",
+        "the quickstart on the shipped ShapesWorld SD model (with its documented overrides)",
+    ),
     Rule(
         rf"(OMP_NUM_THREADS=\d )?python scripts/train\.py --config (?:{SHIPPED_CONFIGS})( --config\.\S+)*",
         "train+tiny",
