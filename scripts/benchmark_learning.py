@@ -241,6 +241,8 @@ def main(argv=None) -> int:
 
 def run(args) -> None:
     if args.summarize is not None:
+        if not args.summarize.is_dir():
+            raise UsageError(f"--summarize {args.summarize}: not a directory (give the --out of a benchmark run)")
         results: dict[str, list[dict]] = {}
         for folder in sorted(
             d
@@ -248,6 +250,11 @@ def run(args) -> None:
             if (d / "metrics.jsonl").is_file() and (d / "metrics.jsonl").stat().st_size
         ):
             results.setdefault(folder.name.rsplit("_s", 1)[0], []).append(summarize_run(folder))
+        if not results:
+            raise UsageError(
+                f"--summarize {args.summarize}: no finished run there (a run directory with a metrics.jsonl); "
+                "give the --out of a benchmark run"
+            )
         print(report(results, args.every))
         return
     if args.out is None:

@@ -204,3 +204,12 @@ def test_world_commands_take_the_hyphenated_spelling_for_one_release(world, caps
             args = _world(world).build_parser().parse_args([command, *needed, old, *([] if value is None else [value])])
             assert getattr(args, action.dest) == parsed
             assert capsys.readouterr().err.count("is deprecated, use") == 1
+
+
+def test_benchmark_summary_of_a_directory_without_runs_is_one_line(tmp_path, capsys):
+    """--summarize on an empty or missing directory: one line naming it and exit 2, not max()'s traceback."""
+    script = load_script("benchmark_learning")
+    for target in (tmp_path, tmp_path / "missing"):
+        assert script.main(["--summarize", str(target)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--summarize {target}" in err[0], err
