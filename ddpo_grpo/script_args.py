@@ -168,6 +168,31 @@ def script_parser(script: str, description: str, *, epilog: str | None = None, *
     return ScriptParser(prog=prog, description=description, epilog=epilog, **kwargs)
 
 
+def config_script_parser(script: str, doc: str, *, usage: str, config_help: str, fields_help: str) -> ScriptParser:
+    """The parser of an ml-collections script (train.py, plan.py): :func:`script_parser` with the module docstring
+    ``doc`` as description (its first paragraph) and epilog (the rest), ``--config FILE.py[:NAME]`` (``config_help``)
+    and the ``--config.<field>=<value>`` overrides passed through (:func:`config_override`; their forms described by
+    ``fields_help``, read back by :func:`config_argv`)."""
+    summary, details = doc.split("\n\n", 1)
+    p = script_parser(
+        script,
+        summary,
+        epilog=details,
+        usage=usage,
+        passthrough=config_override,
+        config_forms="--config.<field>=<value>",
+    )
+    p.add_argument("--config", metavar="FILE.py[:NAME]", default=None, help=config_help)
+    p.add_argument_group("config fields (ml-collections)", fields_help)
+    return p
+
+
+def config_argv(prog: str, args) -> list[str]:
+    """The command line ``ddpo_grpo.cli.load_config`` reads from a :func:`config_script_parser`'s namespace: --config
+    (when given) and the --config.<field> ones."""
+    return [prog, *([f"--config={args.config}"] if args.config else []), *args.overrides]
+
+
 def config_override(arg: str, kept: list[str]) -> bool:
     """The ``passthrough`` of the ml-collections scripts: ``--config.a.b=value`` (or ``--config.a.b value``)."""
     if arg.startswith("--config."):

@@ -28,23 +28,16 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(config.__file__), "quickstart.py")
 
 
 def build_parser():
-    from ddpo_grpo.script_args import config_override, script_parser
+    from ddpo_grpo.script_args import config_script_parser
 
-    summary, details = __doc__.split("\n\n", 1)
-    p = script_parser(
+    p = config_script_parser(
         __file__,
-        summary,
-        epilog=details,
+        __doc__,
         usage="%(prog)s [--config FILE.py[:NAME]] [--config.<field>=<value> ...] [--model DIR] [--gpus N] "
         "[--gpu_memory GiB] [--debug]",
-        passthrough=config_override,
-        config_forms="--config.<field>=<value>",
-    )
-    p.add_argument(
-        "--config",
-        metavar="FILE.py[:NAME]",
-        default=None,
-        help="the recipe: a config file and one of its functions (default: config/quickstart.py)",
+        config_help="the recipe: a config file and one of its functions (default: config/quickstart.py)",
+        fields_help="--config.<field>=<value>   set one config field, e.g. --config.train.use_lora=False (every "
+        "field: config/base.py)",
     )
     p.add_argument(
         "--model",
@@ -55,11 +48,6 @@ def build_parser():
     )
     p.add_argument("--gpus", type=int, default=1, metavar="N", help="processes (WORLD_SIZE), >= 1")
     p.add_argument("--gpu_memory", type=float, default=80.0, metavar="GiB", help="memory per GPU in GiB, > 0")
-    p.add_argument_group(
-        "config fields (ml-collections)",
-        "--config.<field>=<value>   set one config field, e.g. --config.train.use_lora=False (every field: "
-        "config/base.py)",
-    )
     return p
 
 
@@ -69,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(args):
         from ddpo_grpo.cli import UsageError, load_config
+        from ddpo_grpo.script_args import config_argv
 
         n, gib, model = args.gpus, args.gpu_memory, args.model
         if n < 1:
@@ -78,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         previous = os.environ.get("WORLD_SIZE")
         os.environ["WORLD_SIZE"] = str(n)  # the recipes derive per-process counts from it
         try:
-            config_argv = [argv[0], *([f"--config={args.config}"] if args.config else []), *args.overrides]
-            cfg = load_config(config_argv, DEFAULT_CONFIG)
+            cfg = load_config(config_argv(argv[0], args), DEFAULT_CONFIG)
         finally:
             if previous is None:
                 os.environ.pop("WORLD_SIZE")

@@ -48,35 +48,24 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(config.__file__), "quickstart.py")
 
 
 def build_parser():
-    from ddpo_grpo.script_args import config_override, script_parser
+    from ddpo_grpo.script_args import config_script_parser
 
-    summary, details = __doc__.split("\n\n", 1)
-    p = script_parser(
+    p = config_script_parser(
         __file__,
-        summary,
-        epilog=details,
+        __doc__,
         usage="%(prog)s [--config FILE.py[:NAME]] [--config.<field>=<value> ...] [--print_config] [--debug]",
-        passthrough=config_override,
-        config_forms="--config.<field>=<value>",
-    )
-    p.add_argument(
-        "--config",
-        metavar="FILE.py[:NAME]",
-        default=None,
-        help="the experiment: a config file and one of its functions (default: config/quickstart.py; with "
+        config_help="the experiment: a config file and one of its functions (default: config/quickstart.py; with "
         "--config.resume_from alone, the run's saved config)",
+        fields_help="--config.<field>=<value>   set one config field, e.g. --config.num_epochs=4 (every field: "
+        "config/base.py)\n"
+        "--config.resume_from=RUN   continue RUN with its saved config.json (no --config needed; only num_epochs,\n"
+        "                           save_freq, logging.*, eval.freq may change)",
     )
     p.add_argument(
         "--print_config",
         action="store_true",
         help="check the resolved config as a start would (every field and cross-field rule, at the launch's "
         "WORLD_SIZE), print it as JSON and exit: nothing is loaded or written",
-    )
-    p.add_argument_group(
-        "config fields (ml-collections)",
-        "--config.<field>=<value>   set one config field, e.g. --config.num_epochs=4 (every field: config/base.py)\n"
-        "--config.resume_from=RUN   continue RUN with its saved config.json (no --config needed; only num_epochs,\n"
-        "                           save_freq, logging.*, eval.freq may change)",
     )
     return p
 
@@ -88,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     def train(args):
         from ddpo_grpo import run_dir
         from ddpo_grpo.cli import load_config
+        from ddpo_grpo.script_args import config_argv
 
         config = load_config(config_argv(argv[0], args), DEFAULT_CONFIG)
         if args.print_config:  # a dry run refuses what a start would (at the launch's WORLD_SIZE), reading nothing
@@ -105,11 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     from ddpo_grpo.script_args import run_script
 
     return run_script(build_parser(), train, argv[1:])
-
-
-def config_argv(prog: str, args) -> list[str]:
-    """The command line ``ddpo_grpo.cli.load_config`` reads: --config (when given) and the --config.<field> ones."""
-    return [prog, *([f"--config={args.config}"] if args.config is not None else []), *args.overrides]
 
 
 if __name__ == "__main__":
