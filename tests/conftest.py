@@ -26,6 +26,17 @@ def load_script(name: str):
     return module
 
 
+def run_captured(script, argv: list[str]) -> tuple[int, str, str]:
+    """``script.main(argv)`` with its stdout and stderr captured: ``(exit status, stdout, stderr)``."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = script.main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory):
     """Paths of a tiny SD3 and a tiny SD pipeline, built once per test session."""

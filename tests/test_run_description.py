@@ -3,8 +3,6 @@ run), --help's options, resume_from alone restoring the saved config (overrides 
 start-up lines' resolved sampling settings and measured duration, and docs/outputs.md's list checked against the
 files a real (tiny, 2-epoch) run writes."""
 
-import contextlib
-import io
 import json
 import re
 import shlex
@@ -13,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, load_script
+from tests.conftest import REPO, load_script, run_captured
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 train_script = load_script("train")
@@ -34,10 +32,7 @@ def _argv(root: Path, model: str, *extra: str) -> list[str]:
 
 
 def _main(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = train_script.main(argv)
-    return rc, out.getvalue(), err.getvalue()
+    return run_captured(train_script, argv)
 
 
 @pytest.fixture(scope="module")

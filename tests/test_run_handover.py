@@ -3,7 +3,6 @@ shipped model's), which scripts/sample.py and evaluate.py use on final/ or on a 
 a run saved by an older version (fields added since missing from its config.json, fields since removed in it)
 resumes with --config.resume_from alone. Real tiny runs through scripts/train.py."""
 
-import contextlib
 import io
 import json
 import shutil
@@ -14,20 +13,13 @@ from PIL import Image
 
 from ddpo_grpo.run_sampling import SAMPLING_KEYS
 from ddpo_grpo.sampling_cli import MODEL_SAMPLING_FILE
-from tests.conftest import REPO, load_script
+from tests.conftest import REPO, load_script, run_captured
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 train_script = load_script("train")
 
 #: the run's evaluation settings, none of them sample.py's or the tiny pipeline's defaults
 EVAL_STEPS, GUIDANCE, RESOLUTION = 3, 3.5, 32
-
-
-def _main(script, argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = script.main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +42,7 @@ def runs(tmp_path_factory, tiny_dirs):
             "--config.logging.progress=False",
             *extra,
         ]
-        rc, _, err = _main(train_script, argv)
+        rc, _, err = run_captured(train_script, argv)
         assert rc == 0, err[-2000:]
         found[kind] = root / "logs" / kind
     return found
@@ -89,7 +81,7 @@ def test_sample_on_a_moved_copy_of_final_uses_the_runs_settings(runs, kind, tmp_
     copy = _bare_copy(runs, kind, tmp_path)
     (tmp_path / "p.txt").write_text("a red circle\n")
     argv = ["--model", str(copy), "--prompts", str(tmp_path / "p.txt"), "--out", str(tmp_path / "out")]
-    rc, out, err = _main(load_script("sample"), [*argv, "--device", "cpu"])
+    rc, out, err = run_captured(load_script("sample"), [*argv, "--device", "cpu"])
     assert rc == 0, err[-2000:]
     line = next(x for x in out.splitlines() if x.startswith("sampling settings:"))
     assert f"num_steps={EVAL_STEPS} (run)" in line and f"guidance_scale={GUIDANCE} (run)" in line, line
@@ -102,7 +94,7 @@ def test_sample_on_a_moved_copy_of_final_uses_the_runs_settings(runs, kind, tmp_
 def test_evaluate_on_a_moved_copy_of_final_uses_the_runs_settings(runs, tmp_path):
     copy = _bare_copy(runs, "lora", tmp_path)
     argv = ["--model", str(copy), "--limit", "2", "--out", str(tmp_path / "eval"), "--device", "cpu"]
-    rc, out, err = _main(load_script("evaluate"), argv)
+    rc, out, err = run_captured(load_script("evaluate"), argv)
     assert rc == 0, err[-2000:]
     sampling = json.loads((tmp_path / "eval" / "eval.json").read_text())["sampling"]
     assert sampling == {
@@ -129,7 +121,7 @@ def test_a_run_saved_by_an_older_version_resumes_with_resume_from_alone(runs, tm
     saved["legacy_flag"] = True
     (run / "config.json").write_text(json.dumps(saved))
     argv = ["train.py", f"--config.resume_from={run}", "--config.num_epochs=2", "--config.logging.progress=False"]
-    rc, out, err = _main(train_script, argv)
+    rc, out, err = run_captured(train_script, argv)
     assert rc == 0, err[-2000:]
     source = run / "config.json"
     added = "eval.hacking_hold_z, train.adv_clip_max"
