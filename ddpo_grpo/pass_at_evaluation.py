@@ -21,6 +21,7 @@ pass@1 to the base's pass@k (docs/learning.md).
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from ddpo_grpo.cli import UsageError
 from ddpo_grpo.evaluation import eval_items
@@ -81,7 +82,9 @@ def _per_prompt(sampled, first: str, metric: str, threshold: float, prompt_of: l
         )
     passed = [float(v >= threshold) if math.isfinite(v) else math.nan for v in values[metric]]
     per = per_prompt(passed, prompt_of, ks)
-    first_sample = {i: prompt_of.index(i) for i in per.prompts}
+    first_sample: dict[int, int] = {}
+    for j, i in enumerate(prompt_of):
+        first_sample.setdefault(i, j)
     groups = sampled.scorers.scored[first].groups
     return per.values, [groups[first_sample[i]] for i in per.prompts], per
 
@@ -124,7 +127,7 @@ def pass_numbers(model, base, args, rows, first: str, extras) -> tuple[dict, dic
 
     metric = pass_metric(args, extras, model.scorers, first)
     prompt_of = _samples_per_prompt(args, rows)
-    most = max(prompt_of.count(i) for i in set(prompt_of))
+    most = max(Counter(prompt_of).values())
     ks = parse_ks(args.pass_at, most)
     values, groups, per = _per_prompt(model, first, metric, args.pass_threshold, prompt_of, ks)
     out = {

@@ -123,7 +123,7 @@ def bootstrap(
     the groups (``"mean"``), resampling prompts with replacement within each group (module docstring). Prompts with
     a NaN value (fewer than k samples) are left out; a group with none has no interval."""
     v = np.asarray(values, dtype=np.float64)
-    labels = [g for g in dict.fromkeys(groups)]
+    labels = list(dict.fromkeys(groups))
     rng = np.random.default_rng(seed)
     draws: dict = {}
     for label in labels:
