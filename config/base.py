@@ -62,6 +62,11 @@ def get_config():
     # True: the members of a group start from the same initial noise; a prompt drawn into two groups of
     # an epoch then keeps them apart in the zscore / mean / global_std advantages (advantages.group_keys)
     sample.share_group_noise = False
+    # Dynamic sampling (DAPO): R > 0 = each process trains only groups whose rewards differ, sampling up to R extra
+    # rounds of the epoch's size (new prompts, new noise) until it has its share of them, topped up with flat groups
+    # when R rounds did not find enough (ddpo_grpo/dynamic_sampling.py); sample/images counts every round. Needs
+    # whole groups per process (samples per process a multiple of group_size). 0 = off.
+    sample.dynamic_sampling_rounds = 0
     # The transition kernel (ddpo_grpo/kernels/), one knob for every family: flow-matching models (SD3, FLUX,
     # Qwen-Image, Wan, …) take "flow_grpo" (Flow-GRPO's SDE) | "dance" (DanceGRPO) | "cps" (coefficients-
     # preserving sampling); DDPM-family models (SD, SDXL, InstructPix2Pix, generic denoisers) take "ddim" (DDIM-η,

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["ADVANTAGE_MODES", "BATCH_MODES", "FLAT_RTOL", "Groups", "batch_stats", "is_flat"]
+__all__ = ["ADVANTAGE_MODES", "BATCH_MODES", "FLAT_RTOL", "Groups", "batch_stats", "flat_groups", "is_flat"]
 
 #: Relative tolerance below which a set of rewards counts as having zero spread.
 FLAT_RTOL = 1e-12
@@ -67,6 +67,15 @@ def is_flat(spread: np.ndarray | float, mean: np.ndarray | float) -> np.ndarray:
     spread = np.asarray(spread, dtype=np.float64)
     mean = np.asarray(mean, dtype=np.float64)
     return spread <= FLAT_RTOL * np.maximum(1.0, np.abs(mean))
+
+
+def flat_groups(values: np.ndarray, group_size: int) -> np.ndarray:
+    """Per consecutive group of ``group_size`` in ``values`` [n]: True when its rewards are all equal (``is_flat``
+    of its range); a group with a NaN reward counts as flat (dynamic sampling does not pick it)."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1, group_size)
+    with np.errstate(invalid="ignore"):
+        spread = v.max(axis=1) - v.min(axis=1)
+        return ~np.isfinite(spread) | is_flat(spread, v.mean(axis=1))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,8 @@ The advantage phase of an epoch, in order:
 2. ``RewardAdvantages``: the rewards, weighted and aggregated (``reward.aggregation``), through one
    ``PerPromptStatTracker`` per aggregate (``stat_tracker.py``), in the mode of ``train.adv_mode``
    (``advantage_modes.py``: the notation, and each mode's centre, scale and flat flag);
-3. ``group_means``: the training reward per value of a row field (``eval.group_by``), for the logs.
+3. ``group_means``, ``group_spread``: the training reward, its within-group spread and the fraction of flat groups
+   per value of a row field (``eval.group_by``), for the logs.
 
 The names of the two modules below are importable from here.
 """
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ddpo_grpo.advantage_modes import ADVANTAGE_MODES, BATCH_MODES, FLAT_RTOL
+from ddpo_grpo.advantage_modes import ADVANTAGE_MODES, BATCH_MODES, FLAT_RTOL, flat_groups
 from ddpo_grpo.stat_tracker import PerPromptStatTracker, compute_advantages
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "compute_advantages",
     "group_keys",
     "group_means",
+    "group_spread",
     "sample_keys",
 ]
 
@@ -41,6 +43,24 @@ def group_means(values: np.ndarray, rows: Sequence[dict], group_size: int, field
     for label in dict.fromkeys(x for x in labels if x is not None):
         mine = np.asarray([x == label for x in labels])
         out[f"reward/{field}/{label}"] = float(np.nanmean(values[mine]))
+    return out
+
+
+def group_spread(values: np.ndarray, rows: Sequence[dict], group_size: int, field: str | None) -> dict[str, float]:
+    """Where an epoch's signal is (the stall diagnostics of docs/learning.md), per laid-out group of ``group_size``:
+    ``reward/group_std`` the mean within-group standard deviation of ``values`` [N] (population; what a group-relative
+    advantage divides by: 0 = no signal), and with ``field`` (e.g. task) ``adv/frac_flat/<label>`` the fraction of
+    each label's groups whose rewards are all equal (``advantage_modes.flat_groups``)."""
+    n = len(values) // group_size * group_size
+    v = np.asarray(values[:n], dtype=np.float64).reshape(-1, group_size)
+    stds = v.std(axis=1)
+    stds = stds[np.isfinite(stds)]
+    out = {"reward/group_std": float(stds.mean())} if len(stds) else {}
+    if field:
+        flat = flat_groups(v.reshape(-1), group_size)
+        labels = [rows[g].get(field) for g in range(len(v))]
+        for label in dict.fromkeys(x for x in labels if x is not None):
+            out[f"adv/frac_flat/{label}"] = float(np.mean([f for f, x in zip(flat, labels) if x == label]))
     return out
 
 

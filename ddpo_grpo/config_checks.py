@@ -251,6 +251,14 @@ def _batch_arithmetic(p: list[str], config, num_processes: int) -> None:
             f"minibatches per epoch ({per_process // t.batch_size}) is not divisible by "
             f"train.gradient_accumulation_steps={t.gradient_accumulation_steps}: no optimizer step may straddle epochs"
         )
+    rounds = s.get("dynamic_sampling_rounds", 0)
+    if not isinstance(rounds, int) or rounds < 0:
+        p.append(f"sample.dynamic_sampling_rounds={rounds!r} must be an integer ≥ 0 (0 = off; DAPO's extra rounds)")
+    elif rounds and per_process % s.group_size:
+        p.append(
+            f"sample.dynamic_sampling_rounds={rounds} keeps or drops whole groups per process: samples per process "
+            f"({per_process}) must be a multiple of sample.group_size={s.group_size}"
+        )
     w = s.sde_window_size
     if w < 0 or w > s.num_steps:
         p.append(f"sample.sde_window_size={w} must be in [0, sample.num_steps={s.num_steps}]")

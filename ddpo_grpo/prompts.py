@@ -225,16 +225,18 @@ class PromptSampler:
                 by_value.setdefault(str(r[stratify_by]), []).append(i)
             self.strata = [by_value[k] for k in sorted(by_value)]
 
-    def draw(self, epoch: int, n: int) -> list[dict]:
+    def draw(self, epoch: int, n: int, round_index: int = 0) -> list[dict]:
         """``n`` rows for ``epoch``; within a stratum without replacement if its share fits, else in
         whole shuffled passes over the stratum plus part of one more (each row ⌊k/m⌋ or ⌈k/m⌉ times for
-        a share of k from m rows), so that no prompt gets more groups than its share requires.
+        a share of k from m rows), so that no prompt gets more groups than its share requires. An extra
+        round of the epoch (dynamic sampling, ``round_index`` > 0) draws its own rows the same way.
 
         Returned rows are shallow copies, so callers may annotate them freely.
         """
         if n < 0:
             raise ValueError(f"PromptSampler.draw: n must be >= 0, got {n}")
-        rng = np.random.default_rng(self.seed * 1_000_003 + int(epoch))
+        key = self.seed * 1_000_003 + int(epoch)
+        rng = np.random.default_rng(key if round_index == 0 else [key & 0xFFFFFFFF, int(round_index)])
         if len(self.strata) == 1:
             shares = [n]
         else:

@@ -10,6 +10,8 @@ sampler), never the trainer, and writes into ``<run>/report/``:
                                       cover every group in turn (``pick_rows``)
     metrics.png                       the training reward (mean in its ±std band, per group), the paired probe and the
                                       held-out evaluation against epoch (``figures.plot_metrics``)
+    signal.md                         the learning signal per epoch: flat groups, reward spread, per group
+                                      (``signal_table.signal_table``)
 and prints the evaluation table, before → after, per group (``eval_table``). The sample grids of
 logging.image_freq go through it too (``log_grid``).
 
@@ -25,6 +27,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ddpo_grpo.signal_table import read_metrics, signal_table
 from foundation.atomic_io import atomic_write_text, replacing
 
 #: keys of evaluation metrics that are counts, not metrics
@@ -76,6 +79,10 @@ class RunReport:
         plot = plot_metrics(self.run_dir, before_metrics, self.group_by)
         if plot is not None:
             print(f"reward and evaluation plot: {plot}")
+        signal = signal_table(read_metrics(self.run_dir))
+        if signal:
+            atomic_write_text(report_dir(self.run_dir) / "signal.md", signal)
+            print(f"learning signal per epoch (flat groups, reward spread): {report_dir(self.run_dir) / 'signal.md'}")
         if metric_names(last_metrics):
             print("held-out evaluation, before → after training:")
             print(eval_table(before_metrics, last_metrics, self.group_by), flush=True)

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ddpo_grpo import console, distributed, health, planner, wiring
-from ddpo_grpo.advantages import group_means, sample_keys
+from ddpo_grpo import console, distributed, dynamic_sampling, health, planner, wiring
+from ddpo_grpo.advantages import group_means, group_spread, sample_keys
 from ddpo_grpo.cadence import every
 from ddpo_grpo.checkpoint import final_manifest, list_checkpoints
 from ddpo_grpo.epoch import Epoch
@@ -119,9 +119,9 @@ class Trainer:
         cfg, start = self.config, time.perf_counter()
         lam_sup, lam_pg = loss_weights(epoch, cfg) if self.supervised is not None else (0.0, 1.0)
         if lam_pg > 0:
-            ep, timing = self.sample_phase(epoch)
-            scores = self.reward_phase(ep, timing)
+            ep, scores, timing, sampled = self.sampled_epoch(epoch)
             advantages, metrics = self.advantage_phase(ep, scores)
+            metrics.update(sampled)
             metrics.update(
                 {
                     k: distributed.reduce(self.acc, v, "max" if k.endswith("_max") else "mean")
@@ -149,18 +149,58 @@ class Trainer:
         return metrics
 
     # ------------------------------------------------------------------ 1. sampling
-    def epoch_rows(self, epoch: int) -> Epoch:
-        """The epoch's layout (epoch.py): its prompt rows (the same on every process) and this process's items."""
+    def epoch_rows(self, epoch: int, round_index: int = 0) -> Epoch:
+        """The epoch's layout (epoch.py): its prompt rows (the same on every process) and this process's items; an
+        extra round of dynamic sampling draws its own rows."""
         s = self.config.sample
-        rows = self.prompt_sampler.draw(epoch, self.totals["prompts_per_epoch"])
+        rows = self.prompt_sampler.draw(epoch, self.totals["prompts_per_epoch"], round_index)
         return Epoch.lay_out(
             epoch, rows, group_size=s.group_size, rank=self.rank, per_process=self.totals["samples_per_process"]
         )
 
-    def sample_phase(self, epoch: int) -> tuple[Epoch, dict]:
-        """Sample every batch; batch b is scored (in reward.num_workers threads) while batch b+1 is sampled."""
+    def sampled_epoch(self, epoch: int) -> tuple[Epoch, dict[str, np.ndarray], dict, dict]:
+        """The sample and reward phases: (the epoch, this process's scores, timing, sample/* metrics). With
+        sample.dynamic_sampling_rounds > 0, extra rounds until every process holds its share of groups with reward
+        spread, and the epoch reduced to those (dynamic_sampling.py)."""
+        s = self.config.sample
+        ep, timing = self.sample_phase(epoch)
+        scores = self.reward_phase(ep, timing)
+        images = self.totals["images_per_epoch"]
+        if not s.dynamic_sampling_rounds:
+            return ep, scores, timing, {"sample/images": images}
+        share = self.totals["samples_per_process"] // s.group_size
+        rounds, flat = [(ep, scores)], [dynamic_sampling.flat_groups(self.reward.combine(scores), s.group_size)]
+        while len(rounds) <= s.dynamic_sampling_rounds:
+            short = sum(int((~f).sum()) for f in flat) < share
+            if not distributed.any_process(torch.tensor([short], device=self.acc.device)).item():
+                break
+            more, more_timing = self.sample_phase(epoch, len(rounds))
+            rounds.append((more, self.reward_phase(more, more_timing)))
+            flat.append(dynamic_sampling.flat_groups(self.reward.combine(rounds[-1][1]), s.group_size))
+            for key, value in more_timing.items():
+                timing[key] = timing.get(key, 0.0) + value
+        picked = dynamic_sampling.pick_groups(flat, share)
+        first_group = [ep_r.items[0][0] for ep_r, _ in rounds]  # this process's first global group in each round
+        mine = np.asarray([(r, first_group[r] + g) for r, g in picked], dtype=np.int64).reshape(-1, 2)
+        every = distributed.gather(self.acc, mine).reshape(-1, 2)
+        ep, scores = dynamic_sampling.merged_epoch(rounds, picked, every, s.group_size, self.rank, self.rollout.cat)
+        sampled = np.concatenate(flat)
+        metrics = {
+            "sample/images": images * len(rounds),
+            "sample/rounds": float(len(rounds)),
+            "sample/frac_flat_sampled": distributed.reduce(self.acc, float(sampled.mean()), "mean"),
+            "sample/frac_flat_trained": distributed.reduce(
+                self.acc, float(np.mean([flat[r][g] for r, g in picked])), "mean"
+            ),
+        }
+        return ep, scores, timing, metrics
+
+    def sample_phase(self, epoch: int, round_index: int = 0) -> tuple[Epoch, dict]:
+        """Sample every batch; batch b is scored (in reward.num_workers threads) while batch b+1 is sampled. Round
+        ``round_index`` > 0 (dynamic sampling) has its own rows and noise."""
         cfg, s = self.config, self.config.sample
-        ep = self.epoch_rows(epoch)
+        ep = self.epoch_rows(epoch, round_index)
+        extra = dynamic_sampling.round_seed_parts(round_index)
         rollouts, pending, timing, conds = [], [], {"sample": 0.0}, self.encode_once(ep)
         with contextlib.ExitStack() as held:
             with console.timed(timing, "sample"):  # the sampling weights; a sharded model gathered once for all batches
@@ -169,11 +209,15 @@ class Trainer:
             for b in self.progress(range(s.num_batches_per_epoch), f"epoch {epoch}: sampling"):
                 batch = ep.items[b * s.batch_size : (b + 1) * s.batch_size]
                 seeds = [
-                    derive_seed(cfg.seed, epoch, g) if s.share_group_noise else derive_seed(cfg.seed, epoch, g, m)
+                    derive_seed(cfg.seed, epoch, g, *extra)
+                    if s.share_group_noise
+                    else derive_seed(cfg.seed, epoch, g, m, *extra)
                     for g, m in batch
                 ]
-                generator = torch.Generator(self.acc.device).manual_seed(derive_seed(cfg.seed, epoch, self.rank, b, 1))
-                rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2))
+                generator = torch.Generator(self.acc.device).manual_seed(
+                    derive_seed(cfg.seed, epoch, self.rank, b, 1, *extra)
+                )
+                rng = np.random.default_rng(derive_seed(cfg.seed, epoch, self.rank, b, 2, *extra))
                 cond = {k: v[b * s.batch_size : (b + 1) * s.batch_size] for k, v in conds.items()} if conds else None
                 with console.timed(timing, "sample"), resident(self.decoder, self.acc.device):
                     rollout = self.rollout([ep.rows[g] for g, _ in batch], seeds, generator, rng, cond)
@@ -221,6 +265,7 @@ class Trainer:
         stats["reward/frac_nan"] = float(np.isnan(combined).mean())
         group_by = self.config.eval.group_by  # the training reward per value of the rows' group field (e.g. task)
         stats.update(group_means(combined, ep.rows, s.group_size, group_by) if group_by else {})
+        stats.update(group_spread(combined, ep.rows, s.group_size, group_by))
         # an epoch that teaches nothing (all rewards NaN, all groups flat: every advantage 0): warned once,
         # stopped after train.max_degenerate_epochs in a row
         stats["train/degenerate_epoch"] = int(self.degenerate.check(ep.index, every_score, combined, stats))

@@ -4,6 +4,7 @@
     python scripts/benchmark_learning.py --variants grpo,nft --seeds 0,1 --epochs 16 --jobs 2 --out logs/b
     python scripts/benchmark_learning.py --reward jpeg --out logs/bench_jpeg   # the dense control
     python scripts/benchmark_learning.py --summarize logs/bench                # the table of finished runs
+    python scripts/benchmark_learning.py --signal logs/bench/nft_s0            # one run's signal per epoch
 
 Every run is ``scripts/train.py --config config/shapes.py:sd3_quick`` (the shipped ShapesWorld SD3 model, 256
 images per epoch in groups of 8, task-balanced train prompts) with a variant's overrides, the paired probe
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from ddpo_grpo.cli import UsageError
 from ddpo_grpo.script_args import run_script, script_parser
+from ddpo_grpo.signal_table import read_metrics, signal_table
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = f"{REPO / 'config' / 'shapes.py'}:sd3_quick"
@@ -231,6 +233,12 @@ def build_parser():
     )
     p.add_argument("--every", type=int, default=5, help="print the curve every N epochs")
     p.add_argument("--summarize", type=Path, default=None, help="only print the table of the runs in this directory")
+    p.add_argument(
+        "--signal",
+        type=Path,
+        default=None,
+        help="only print one run's learning signal per epoch (flat groups, spread; ddpo_grpo/signal_table.py)",
+    )
     return p
 
 
@@ -240,6 +248,12 @@ def main(argv=None) -> int:
 
 
 def run(args) -> None:
+    if args.signal is not None:
+        table = signal_table(read_metrics(args.signal))
+        if not table:
+            raise UsageError(f"--signal {args.signal}: no epoch with advantage statistics in its metrics.jsonl")
+        print(table, end="")
+        return
     if args.summarize is not None:
         if not args.summarize.is_dir():
             raise UsageError(f"--summarize {args.summarize}: not a directory (give the --out of a benchmark run)")
