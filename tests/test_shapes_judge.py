@@ -335,6 +335,11 @@ def test_shapes_reward_plugin():
     assert strict.tolist() == [0.0, 0.0, 0.0, 0.0]
     assert ((partial >= 0) & (partial < 1)).all()
     assert pinfo["partial"] == pytest.approx(partial.tolist()) and pinfo["strict"] == strict.tolist()
+    mixed, minfo = load_reward("shapes", score="mixed")(wrong, prompts, [{}] * 4)
+    np.testing.assert_allclose(mixed, 0.5 * (strict + partial))  # ½(strict + partial)
+    assert minfo["strict"] == strict.tolist()
+    both, _ = load_reward("shapes", score="mixed")(images, prompts, rows)
+    assert both.tolist() == [1.0] * 4  # all constraints met: 1
 
     # larger images are resized; non-ShapesWorld prompts are NaN (not applicable)
     big = _batch(prompts[:2], size=128)

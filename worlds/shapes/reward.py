@@ -1,4 +1,4 @@
-"""ShapesWorld reward: the judge's strict (0/1) or partial ([0, 1]) score of each image.
+"""ShapesWorld reward: the judge's strict (0/1), partial ([0, 1]) or mixed (their mean) score of each image.
 
 ``reward.fns = {"shapes": 1.0}``, ``reward.kwargs = {"shapes": {"score": "partial"}}``; registered
 by name through this package's entry point (``pyproject.toml``), so the core never imports it.
@@ -28,15 +28,19 @@ import numpy as np
 from reward_models import register, to_uint8
 
 SCORES = ("strict", "partial")
+#: the scores a run may train on: the judge's two, and "mixed" = ½(strict + partial): partial credit for each
+#: constraint met plus a step of ½ for meeting all of them (a position image with the right shapes and the wrong
+#: relation scores 0.375 where partial gives 0.75 and a correct one 1.0; docs/learning.md)
+TRAINING_SCORES = (*SCORES, "mixed")
 
 
 @register("shapes")
 def shapes(score: str = "strict", size: int = 64, relation_tol: float = 1.0):
-    """Reward = ShapesWorld judge score: ``score="strict"`` (0/1) or ``"partial"`` (fraction of
-    the prompt's constraints satisfied); ``size`` is the judging resolution, ``relation_tol`` the
-    pixel tolerance of the relation rule (at 64 px)."""
-    if score not in SCORES:
-        raise ValueError(f"reward 'shapes': score must be one of {SCORES}, got {score!r}")
+    """Reward = ShapesWorld judge score: ``score="strict"`` (0/1), ``"partial"`` (fraction of
+    the prompt's constraints satisfied) or ``"mixed"`` (their mean); ``size`` is the judging resolution,
+    ``relation_tol`` the pixel tolerance of the relation rule (at 64 px)."""
+    if score not in TRAINING_SCORES:
+        raise ValueError(f"reward 'shapes': score must be one of {TRAINING_SCORES}, got {score!r}")
     if int(size) < 16:
         raise ValueError(f"reward 'shapes': size must be >= 16 pixels, got {size!r}")
     size = int(size)
@@ -61,6 +65,9 @@ def shapes(score: str = "strict", size: int = 64, relation_tol: float = 1.0):
             out["strict"][i] = res["strict"]
             out["partial"][i] = res["partial"]
             tasks[i] = res["task"]
-        return np.asarray(out[score], dtype=np.float32), {**out, "task": tasks}
+        values = np.asarray(out["strict"] if score == "mixed" else out[score], dtype=np.float32)
+        if score == "mixed":
+            values = 0.5 * (values + np.asarray(out["partial"], dtype=np.float32))
+        return values, {**out, "task": tasks}
 
     return fn
