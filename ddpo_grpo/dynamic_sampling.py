@@ -23,13 +23,16 @@ compares at equal generated images.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
+import torch
 
+from ddpo_grpo import distributed
 from ddpo_grpo.advantage_modes import flat_groups
 from ddpo_grpo.epoch import Epoch
 
-__all__ = ["flat_groups", "merged_epoch", "pick_groups", "round_seed_parts"]
+__all__ = ["flat_groups", "merged_epoch", "pick_groups", "round_seed_parts", "sample_rounds"]
 
 #: a constant in the seeds of the extra rounds (round 0 keeps the seeds of an epoch without dynamic sampling)
 ROUND_TAG = 0xDA90
@@ -73,3 +76,42 @@ def merged_epoch(
     items = [(rank * share + i, m) for i in range(share) for m in range(group_size)]
     merged = dataclasses.replace(first, rows=rows, items=items, rollout=cat(rollouts), pending=[])
     return merged, {name: np.concatenate(parts) for name, parts in scores.items()}
+
+
+def sample_rounds(
+    sample_round: Callable[[int], tuple[Epoch, dict[str, np.ndarray], dict]],
+    combine: Callable[[dict[str, np.ndarray]], np.ndarray],
+    *,
+    max_extra: int,
+    share: int,
+    group_size: int,
+    images_per_round: int,
+    acc,
+    cat,
+) -> tuple[Epoch, dict[str, np.ndarray], dict, dict]:
+    """The module docstring's rounds: ``sample_round(r)`` samples and scores round r (this process's Epoch, its
+    scores per reward, its timing); ``combine`` weights the scores into the reward whose spread counts. Returns the
+    merged epoch, its scores, the summed timing and the sample/* metrics. Every process runs the same rounds."""
+    ep, scores, timing = sample_round(0)
+    rounds, flat = [(ep, scores)], [flat_groups(combine(scores), group_size)]
+    while len(rounds) <= max_extra:
+        short = sum(int((~f).sum()) for f in flat) < share
+        if not distributed.any_process(torch.tensor([short], device=acc.device)).item():  # where NCCL maps it
+            break
+        ep, scores, more = sample_round(len(rounds))
+        rounds.append((ep, scores))
+        flat.append(flat_groups(combine(scores), group_size))
+        for key, value in more.items():
+            timing[key] = timing.get(key, 0.0) + value
+    picked = pick_groups(flat, share)
+    first = [r_ep.items[0][0] for r_ep, _ in rounds]  # this process's first global group in each round
+    mine = np.asarray([(r, first[r] + g) for r, g in picked], dtype=np.int64).reshape(-1, 2)
+    every = distributed.gather(acc, mine).reshape(-1, 2)  # (float32: exact for indices below 2**24)
+    merged, merged_scores = merged_epoch(rounds, picked, every, group_size, acc.process_index, cat)
+    metrics = {
+        "sample/images": images_per_round * len(rounds),
+        "sample/rounds": float(len(rounds)),
+        "sample/frac_flat_sampled": distributed.reduce(acc, float(np.concatenate(flat).mean()), "mean"),
+        "sample/frac_flat_trained": distributed.reduce(acc, float(np.mean([flat[r][g] for r, g in picked])), "mean"),
+    }
+    return merged, merged_scores, timing, metrics

@@ -5,7 +5,9 @@ One epoch, phase by phase (each a method below; the parts they use are built onc
                         sample.num_batches_per_epoch batches with the current policy (the lagging sampler's
                         weights when configured), recording every transition with its log-prob (rollout.py);
                         each batch is handed to the reward plug-ins as soon as it is decoded. Returns the
-                        ``Epoch``: rows, this process's items, the rollouts, pending scores.
+                        ``Epoch``: rows, this process's items, the rollouts, pending scores. With
+                        sample.dynamic_sampling_rounds, more rounds while any process lacks groups with
+                        reward spread (``sampled_epoch``, dynamic_sampling.py).
 2. ``reward_phase``     waits for the scores (batch order, whatever finished first).
 3. ``advantage_phase``  gathers every process's scores, weights them (``MultiReward.combine``), groups the
                         samples and turns the scores into group-relative advantages (advantages.py); keeps this
@@ -162,38 +164,24 @@ class Trainer:
         """The sample and reward phases: (the epoch, this process's scores, timing, sample/* metrics). With
         sample.dynamic_sampling_rounds > 0, extra rounds until every process holds its share of groups with reward
         spread, and the epoch reduced to those (dynamic_sampling.py)."""
-        s = self.config.sample
-        ep, timing = self.sample_phase(epoch)
-        scores = self.reward_phase(ep, timing)
-        images = self.totals["images_per_epoch"]
+
+        def sample_round(round_index: int):
+            ep, timing = self.sample_phase(epoch, round_index)
+            return ep, self.reward_phase(ep, timing), timing
+
+        s, images = self.config.sample, self.totals["images_per_epoch"]
         if not s.dynamic_sampling_rounds:
-            return ep, scores, timing, {"sample/images": images}
-        share = self.totals["samples_per_process"] // s.group_size
-        rounds, flat = [(ep, scores)], [dynamic_sampling.flat_groups(self.reward.combine(scores), s.group_size)]
-        while len(rounds) <= s.dynamic_sampling_rounds:
-            short = sum(int((~f).sum()) for f in flat) < share
-            if not distributed.any_process(torch.tensor([short], device=self.acc.device)).item():
-                break
-            more, more_timing = self.sample_phase(epoch, len(rounds))
-            rounds.append((more, self.reward_phase(more, more_timing)))
-            flat.append(dynamic_sampling.flat_groups(self.reward.combine(rounds[-1][1]), s.group_size))
-            for key, value in more_timing.items():
-                timing[key] = timing.get(key, 0.0) + value
-        picked = dynamic_sampling.pick_groups(flat, share)
-        first_group = [ep_r.items[0][0] for ep_r, _ in rounds]  # this process's first global group in each round
-        mine = np.asarray([(r, first_group[r] + g) for r, g in picked], dtype=np.int64).reshape(-1, 2)
-        every = distributed.gather(self.acc, mine).reshape(-1, 2)
-        ep, scores = dynamic_sampling.merged_epoch(rounds, picked, every, s.group_size, self.rank, self.rollout.cat)
-        sampled = np.concatenate(flat)
-        metrics = {
-            "sample/images": images * len(rounds),
-            "sample/rounds": float(len(rounds)),
-            "sample/frac_flat_sampled": distributed.reduce(self.acc, float(sampled.mean()), "mean"),
-            "sample/frac_flat_trained": distributed.reduce(
-                self.acc, float(np.mean([flat[r][g] for r, g in picked])), "mean"
-            ),
-        }
-        return ep, scores, timing, metrics
+            return (*sample_round(0), {"sample/images": images})
+        return dynamic_sampling.sample_rounds(
+            sample_round,
+            self.reward.combine,
+            max_extra=s.dynamic_sampling_rounds,
+            share=self.totals["samples_per_process"] // s.group_size,
+            group_size=s.group_size,
+            images_per_round=images,
+            acc=self.acc,
+            cat=self.rollout.cat,
+        )
 
     def sample_phase(self, epoch: int, round_index: int = 0) -> tuple[Epoch, dict]:
         """Sample every batch; batch b is scored (in reward.num_workers threads) while batch b+1 is sampled. Round
