@@ -43,7 +43,15 @@ def read_metrics(run_dir) -> list[dict]:
 def _headline(row: dict) -> str | None:
     if "eval/task_mean/strict" in row:
         return "eval/task_mean/strict"
-    return next((k for k in row if k.startswith("eval/") and isinstance(row[k], (int, float))), None)
+    counts = ("num_samples", "not_applicable")  # (counts, not metrics)
+    return next(
+        (
+            k
+            for k in row
+            if k.startswith("eval/") and isinstance(row[k], (int, float)) and k.split("/")[1] not in counts
+        ),
+        None,
+    )
 
 
 def _cell(value) -> str:

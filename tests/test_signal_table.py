@@ -33,3 +33,5 @@ def test_table_from_a_resumed_runs_metrics(tmp_path):
     assert table[2] == "| 0 | 512 | 0.900 | 0.300 | 1.000 | 0.000 | 1.000 | 0.250 |  |  |  |"
     assert table[3] == "| 1 | 768 | 0.500 | 0.200 | 1.000 | 1.000 | 1.000 | 0.250 | 0.600 | 1.000 | 0.200 |"
     assert signal_table([{"epoch": 0, "train/loss": 1.0}]) == ""
+    counted = {"epoch": 0, "adv/frac_zero_std": 0.0, "eval/num_samples": 8, "eval/score": 0.5}
+    assert signal_table([counted]).splitlines()[0].endswith("| held-out (eval/score) |")  # a count is no headline
