@@ -316,7 +316,7 @@ def test_repeated_prompt_groups_with_shared_noise_stay_apart(tmp_path, tiny_dirs
 
     trainer = Trainer(_config(tmp_path, tiny_dirs["sd3"], **{"sample.share_group_noise": shared}))
     rows = trainer.epoch_rows(0).rows
-    trainer.prompt_sampler.draw = lambda epoch, n: [rows[0]] * n  # both groups draw one prompt
+    trainer.prompt_sampler.draw = lambda epoch, n, round_index=0: [rows[0]] * n  # both groups draw one prompt
     ep = trainer.sample_phase(0)[0]
     per_reward = {"jpeg_compressibility": np.array([1.0] * 4 + [0.0] * 4)}  # group 0 all 1, group 1 all 0
     advantages, stats = trainer.advantage_phase(ep, per_reward)
