@@ -83,6 +83,7 @@ def _counts(p: list[str], config) -> None:
     s, t = config.sample, config.train
     for name in ("num_steps", "batch_size", "num_batches_per_epoch", "resolution", "group_size"):
         _positive(p, f"sample.{name}", s[name])
+    _positive(p, "sample.dynamic_sampling_rounds", s.get("dynamic_sampling_rounds", 0), allow_zero=True)
     for name in ("batch_size", "gradient_accumulation_steps", "num_inner_epochs", "lora_rank"):
         _positive(p, f"train.{name}", t[name])
     _positive(p, "num_epochs", config.num_epochs, allow_zero=True)
@@ -251,13 +252,10 @@ def _batch_arithmetic(p: list[str], config, num_processes: int) -> None:
             f"minibatches per epoch ({per_process // t.batch_size}) is not divisible by "
             f"train.gradient_accumulation_steps={t.gradient_accumulation_steps}: no optimizer step may straddle epochs"
         )
-    rounds = s.get("dynamic_sampling_rounds", 0)
-    if not isinstance(rounds, int) or rounds < 0:
-        p.append(f"sample.dynamic_sampling_rounds={rounds!r} must be an integer ≥ 0 (0 = off; DAPO's extra rounds)")
-    elif rounds and per_process % s.group_size:
+    if s.get("dynamic_sampling_rounds", 0) and per_process % s.group_size:
         p.append(
-            f"sample.dynamic_sampling_rounds={rounds} keeps or drops whole groups per process: samples per process "
-            f"({per_process}) must be a multiple of sample.group_size={s.group_size}"
+            f"sample.dynamic_sampling_rounds={s.dynamic_sampling_rounds} keeps or drops whole groups per process: "
+            f"samples per process ({per_process}) must be a multiple of sample.group_size={s.group_size}"
         )
     w = s.sde_window_size
     if w < 0 or w > s.num_steps:

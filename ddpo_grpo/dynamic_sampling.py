@@ -32,7 +32,7 @@ from ddpo_grpo import distributed
 from ddpo_grpo.advantage_modes import flat_groups
 from ddpo_grpo.epoch import Epoch
 
-__all__ = ["flat_groups", "merged_epoch", "pick_groups", "round_seed_parts", "sample_rounds"]
+__all__ = ["merged_epoch", "pick_groups", "round_seed_parts", "sample_rounds"]
 
 #: a constant in the seeds of the extra rounds (round 0 keeps the seeds of an epoch without dynamic sampling)
 ROUND_TAG = 0xDA90

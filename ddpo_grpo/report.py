@@ -245,8 +245,7 @@ def plot_metrics(run_dir, before_metrics: dict | None = None, group_by: str = ""
     """report/metrics.png of the run's metrics.jsonl (``figures.plot_metrics``); None when nothing was logged."""
     from ddpo_grpo.figures import plot_metrics as draw
 
-    path = Path(run_dir) / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    rows = read_metrics(run_dir)
     if not rows:
         return None
     evaluated = [r for r in rows if metric_names(r)]

@@ -65,9 +65,8 @@ def shapes(score: str = "strict", size: int = 64, relation_tol: float = 1.0):
             out["strict"][i] = res["strict"]
             out["partial"][i] = res["partial"]
             tasks[i] = res["task"]
-        values = np.asarray(out["strict"] if score == "mixed" else out[score], dtype=np.float32)
-        if score == "mixed":
-            values = 0.5 * (values + np.asarray(out["partial"], dtype=np.float32))
+        strict, partial = (np.asarray(out[k], dtype=np.float32) for k in SCORES)
+        values = {"strict": strict, "partial": partial, "mixed": 0.5 * (strict + partial)}[score]
         return values, {**out, "task": tasks}
 
     return fn
