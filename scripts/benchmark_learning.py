@@ -5,6 +5,7 @@
     python scripts/benchmark_learning.py --reward jpeg --out logs/bench_jpeg   # the dense control
     python scripts/benchmark_learning.py --summarize logs/bench                # the table of finished runs
     python scripts/benchmark_learning.py --signal logs/bench/nft_s0            # one run's signal per epoch
+    python scripts/benchmark_learning.py --curve logs/q/s0 logs/q/s1 logs/q/s2   # held-out gain vs images, seeds
 
 Every run is ``scripts/train.py --config config/shapes.py:sd3_quick`` (the shipped ShapesWorld SD3 model, 256
 images per epoch in groups of 8, task-balanced train prompts) with a variant's overrides, the paired probe
@@ -24,6 +25,10 @@ Printed side by side: the probe's paired reward difference to the untrained mode
 (mean over seeds ± a 95 % interval over seeds), held-out strict and partial before → after (mean ± SE over
 seeds), wall time per run, and the images drawn until the probe difference first reached each threshold.
 Runs already finished in --out are reused (delete a run's directory to redo it).
+
+``--curve RUN ...`` reads any runs of one recipe (its seeds, trained with ``eval.freq`` > 0, any world) and prints
+per held-out scorer the gain over the base by images drawn, with its 95 % interval over the runs, and the images
+until held-out strict first reached the base + ``--threshold`` (ddpo_grpo/learning_curves.py).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ddpo_grpo.cli import UsageError
+from ddpo_grpo.learning_curves import curve_table
 from ddpo_grpo.script_args import run_script, script_parser
 from ddpo_grpo.signal_table import read_metrics, signal_table
 
@@ -239,6 +245,16 @@ def build_parser():
         default=None,
         help="only print one run's learning signal per epoch (flat groups, spread; ddpo_grpo/signal_table.py)",
     )
+    p.add_argument(
+        "--curve",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="only print the held-out curve and images-to-threshold of these runs (one recipe's seeds)",
+    )
+    p.add_argument(
+        "--threshold", type=float, default=0.05, help="--curve's held-out strict gain to reach (0.05 = 5 points)"
+    )
     return p
 
 
@@ -248,6 +264,12 @@ def main(argv=None) -> int:
 
 
 def run(args) -> None:
+    if args.curve is not None:
+        try:
+            print(curve_table(args.curve, args.threshold), end="")
+        except ValueError as exc:
+            raise UsageError(f"--curve: {exc}") from None
+        return
     if args.signal is not None:
         table = signal_table(read_metrics(args.signal))
         if not table:

@@ -22,6 +22,11 @@ PROGRAM_FIRST = {"train", "plan"}
 CASES = {
     "benchmark": ([], ["--models", "nope"], ["--models 'nope'"]),
     "benchmark_learning": ([], ["--out", "{tmp}/b", "--variants", "nope"], ["--variants", "nope"]),
+    "diagnose_updates": (
+        [],
+        ["--checkpoint", "{tmp}/run", "--config.seed=1"],
+        ["--checkpoint measures with the run's saved config"],
+    ),
     "evaluate": (["--model", "m"], ["--model", "{tmp}/missing", "--out", "{tmp}/o"], ["--model", "no such directory"]),
     "plan": ([], ["--gpus", "0"], ["--gpus 0"]),
     "sample": (

@@ -155,10 +155,22 @@ RULES = (
         "16 epochs × variants × seeds (an hour on CPU): parsed only; one such run is the quickstart's slow run",
     ),
     Rule(
+        r"python scripts/benchmark_learning\.py --curve( /tmp/\S+)+",
+        "parse",
+        "the quickstart's three seed runs (not kept): parsed; --curve itself runs on runs the test writes in "
+        "tests/test_learning_curves.py",
+    ),
+    Rule(
         r"python scripts/benchmark_learning\.py --summarize /tmp/\S+",
         "run",
         "run as written on a directory holding one finished run's metrics.jsonl and report/before.json, written by "
         "the test with the keys the summary reads (/tmp/ → the test's directory)",
+    ),
+    Rule(
+        r"(OMP_NUM_THREADS=1 )?python scripts/diagnose_updates\.py .*",
+        "parse",
+        "draws several epochs of a real recipe (minutes to an hour): parsed only; the script runs end to end at tiny "
+        "size, at a checkpoint, in tests/test_update_diagnostics.py",
     ),
     Rule(
         r"python -m worlds\.\w+ [\w-]+( .*)?", "parse", "the world's command and its flags (pretraining takes an hour)"
