@@ -15,8 +15,10 @@ without any update in between, so that every epoch is an independent draw from t
    and the noise scale B_noise = tr Σ / |G|² (McCandlish et al. 2018, "An Empirical Model of Large-Batch
    Training", B_simple): a step over B samples is 1 / (1 + B_noise / B) signal by expected squared norm, so a
    step of B ≪ B_noise samples points mostly in a random direction. ``signal_fraction`` is that share at the
-   run's samples per optimizer step. Adam's step has about the same length whatever the gradient's signal, so a
-   noise-dominated gradient moves the weights as far as a clean one: the drift a random reward causes.
+   run's samples per optimizer step, and ``cosine`` = mean_{m≠m'} K_mm' / mean_m K_mm = 1 / (1 + B_noise / b) the
+   cosine two minibatches' gradients have on average (when their norms are alike). Adam's step has about the
+   same length whatever the gradient's signal, so a noise-dominated gradient moves the weights as far as a clean
+   one: the drift a random reward causes.
    Intervals: a delete-one jackknife over the minibatches. When |G|² is within noise of 0 (B_noise infinite or
    meaningless), ``b_noise_lower`` = tr Σ / (|G|² + 2 SE) still bounds it from below.
 2. **The KL anchor** (``train.beta`` > 0): each minibatch's gradient once more with every advantage set to 0
@@ -137,7 +139,7 @@ def policy_loss(update, ep, advantages: torch.Tensor, params: dict, batch_size: 
     updated ones)."""
     rollout = ep.rollout
     update.prepare(ep.index, rollout, advantages)
-    if old is not None and hasattr(update, "old"):
+    if old is not None:
         update.old = old
     stats = Stats()
     for start in range(0, len(rollout), batch_size):
@@ -192,10 +194,11 @@ def diagnose(trainer, *, epochs: int, first_epoch: int, seed: int) -> dict:
 
     old = snapshot(params)
     before = [policy_loss(update, ep, adv, params, b) for ep, adv in drawn]
+    sampling_policy = getattr(update, "old", None)  # a forward objective's (the lagging sampler's when configured)
     steps_before = trainer.global_step
     metrics = trainer.update_phase(*drawn[0])
     trainer.model.train(cfg.train.objective != "grpo")  # update_phase leaves eval mode: measure as before it
-    after = [policy_loss(update, ep, adv, params, b, old=old) for ep, adv in drawn]
+    after = [policy_loss(update, ep, adv, params, b, old=sampling_policy) for ep, adv in drawn]
     step = math.sqrt(sum(float((p.detach().float() - old[n].float()).square().sum()) for n, p in params.items()))
     weight = math.sqrt(sum(float(v.float().square().sum()) for v in old.values()))
     fresh = [before[i] - after[i] for i in range(1, epochs)]
@@ -215,32 +218,28 @@ def diagnose(trainer, *, epochs: int, first_epoch: int, seed: int) -> dict:
 
 def report_lines(result: dict) -> list[str]:
     """The diagnosis as printed lines."""
-    n, lines = result["noise"], []
-    lines.append(
+    n, s, steps = result["noise"], result["step"], result["step_samples"]
+    lines = [
         f"objective {result['objective']}: {result['epochs']} epochs drawn at the same weights, minibatches of "
-        f"{result['batch_size']} samples, whole groups ({n['minibatches']} of them), {result['step_samples']} samples per optimizer step, "
-        f"training reward {result['reward_mean']:.4f} (within-group std {result['reward_group_std']:.4f})"
-    )
-    lines.append(
-        f"noise scale B_noise = {n['b_noise']:.4g} ± {n['b_noise_se']:.2g} samples (≥ {n['b_noise_lower']:.3g}); cosine between minibatch gradients "
-        f"{n['cosine']:.4f} ± {n['cosine_se']:.2g}; signal share of a {result['step_samples']}-sample step "
-        f"{n['signal_fraction']:.3f} ± {n['signal_fraction_se']:.2g}"
-    )
-    lines.append(
+        f"{result['batch_size']} samples, whole groups ({n['minibatches']} of them), {steps} samples per optimizer "
+        f"step, training reward {result['reward_mean']:.4f} (within-group std {result['reward_group_std']:.4f})",
+        f"noise scale B_noise = {n['b_noise']:.4g} ± {n['b_noise_se']:.2g} samples (≥ {n['b_noise_lower']:.3g}); "
+        f"cosine between minibatch gradients {n['cosine']:.4f} ± {n['cosine_se']:.2g}; signal share of a "
+        f"{steps}-sample step {n['signal_fraction']:.3f} ± {n['signal_fraction_se']:.2g}",
         f"|G|² = {n['signal_sq']:.4g} ± {n['signal_sq_se']:.2g}, tr Σ = {n['trace_sigma']:.4g}; mean minibatch "
-        f"gradient norm {result['grad_norm_minibatch']:.4g}"
-    )
+        f"gradient norm {result['grad_norm_minibatch']:.4g}",
+    ]
     if "anchor" in result:
         a = result["anchor"]
         lines.append(
-            f"KL anchor: |mean policy gradient| {a['policy_grad_norm']:.4g}, |mean KL gradient| {a['kl_grad_norm']:.4g}, "
-            f"cosine {a['policy_kl_cosine']:.4f}"
+            f"KL anchor: |mean policy gradient| {a['policy_grad_norm']:.4g}, |mean KL gradient| "
+            f"{a['kl_grad_norm']:.4g}, cosine {a['policy_kl_cosine']:.4f}"
         )
-    s = result["step"]
     lines.append(
         f"one training epoch's update: policy loss fell {s['in_sample_gain']:.4g} on its own samples and "
         f"{s['fresh_gain']:.4g} ± {s['fresh_gain_se']:.2g} on fresh ones; |Δθ| {s['step_norm']:.4g} (|θ| "
-        f"{s['weight_norm']:.4g}), {s['optimizer_steps']} optimizer steps, approx KL {s['approx_kl']:.3g}, clip fraction {s['clipfrac']:.3g}"
+        f"{s['weight_norm']:.4g}), {s['optimizer_steps']} optimizer steps, approx KL {s['approx_kl']:.3g}, "
+        f"clip fraction {s['clipfrac']:.3g}"
     )
     return lines
 
