@@ -76,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in report_lines(result):
             print(line)
         if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
+            from foundation.atomic_io import atomic_write_text
+
+            atomic_write_text(args.out, json.dumps(result, indent=1))
 
     from ddpo_grpo.script_args import run_script
 
