@@ -44,9 +44,11 @@ def run_curve(run: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def mean_interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95 % t-interval (0 for one value)."""
-    if len(values) < 2:
-        return (values[0] if values else math.nan), 0.0
+    """Mean and the half-width of its 95 % t-interval (0 for one value; NaN, NaN for none)."""
+    if not values:
+        return math.nan, math.nan
+    if len(values) == 1:
+        return values[0], 0.0
     half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
     return statistics.fmean(values), half
 

@@ -73,12 +73,17 @@ def group_minibatches(items: list, batch_size: int, generator: torch.Generator) 
     ]
 
 
-def minibatch_gradient(update, rollout, advantages: torch.Tensor, index: torch.Tensor, params: dict) -> torch.Tensor:
-    """The flat gradient of the objective over ``rollout[index]`` (the updater's own backward), grads left at zero."""
+def _backward(update, rollout, advantages: torch.Tensor, index: torch.Tensor, params: dict):
+    """The updater's own backward over ``rollout[index]`` from zeroed grads; its ``MinibatchResult``."""
     _zero_grad(params)
-    update.minibatch(
+    return update.minibatch(
         rollout.select(index), advantages[index.to(advantages.device)], index, sync=True, weight=1.0, check=False
     )
+
+
+def minibatch_gradient(update, rollout, advantages: torch.Tensor, index: torch.Tensor, params: dict) -> torch.Tensor:
+    """The flat gradient of the objective over ``rollout[index]`` (the updater's own backward), grads left at zero."""
+    _backward(update, rollout, advantages, index, params)
     grad = _flat_grad(params)
     _zero_grad(params)
     return grad
@@ -144,17 +149,7 @@ def policy_loss(update, ep, advantages: torch.Tensor, params: dict, batch_size: 
     stats = Stats()
     for start in range(0, len(rollout), batch_size):
         index = torch.arange(start, min(start + batch_size, len(rollout)))
-        _zero_grad(params)
-        stats.add(
-            update.minibatch(
-                rollout.select(index),
-                advantages[index.to(advantages.device)],
-                index,
-                sync=True,
-                weight=1.0,
-                check=False,
-            )
-        )
+        stats.add(_backward(update, rollout, advantages, index, params))
     _zero_grad(params)
     return stats.mean("policy_loss")
 

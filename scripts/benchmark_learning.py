@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ddpo_grpo.cli import UsageError
-from ddpo_grpo.learning_curves import curve_table
+from ddpo_grpo.learning_curves import curve_table, mean_interval
 from ddpo_grpo.script_args import run_script, script_parser
 from ddpo_grpo.signal_table import read_metrics, signal_table
 
@@ -167,17 +167,6 @@ def summarize_run(run: Path) -> dict:
     }
 
 
-def _mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of a 95 % t-interval (normal 1.96 beyond 30 values; 0 for one value)."""
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    if not values:
-        return math.nan, math.nan
-    if len(values) == 1:
-        return values[0], 0.0
-    t95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}.get(len(values), 1.96)
-    return statistics.fmean(values), t95 * statistics.stdev(values) / math.sqrt(len(values))
-
-
 def _se(values: list[float]) -> str:
     values = [v for v in values if v is not None]
     if not values:
@@ -196,7 +185,8 @@ def report(results: dict[str, list[dict]], every: int) -> str:
     for variant, runs in results.items():
         cells = []
         for e in shown:
-            m, ci = _mean_ci([r["probe_diff"][e] for r in runs if e < len(r["probe_diff"])])
+            diffs = [r["probe_diff"][e] for r in runs if e < len(r["probe_diff"])]
+            m, ci = mean_interval([d for d in diffs if d is not None and not math.isnan(d)])
             cells.append(f"{m:+.3f}±{ci:.3f}".rjust(17))
         lines.append(variant.ljust(15) + "".join(cells))
     lines.append("")
