@@ -30,6 +30,12 @@ def get_config():
     config.num_checkpoint_limit = 3  # keep the newest N checkpoints; 0 = keep all
     config.mixed_precision = "no"  # "no" | "fp16" | "bf16": autocast for denoiser / VAE / text encoders
     config.allow_tf32 = True  # TF32 matmuls on Ampere+ GPUs (no effect on CPU)
+    # torch's cuDNN scaled-dot-product attention (one of the kernels F.scaled_dot_product_attention may pick on
+    # GPUs). Off: FLUX.1-dev LoRA training died in its backward on an H200 (torch 2.11 + CUDA 13.0, 2026-11-28;
+    # on an H100 the same step ended in an illegal memory access) and trained with it off (docs/scaling.md, "GPU
+    # check"). The flash, memory-efficient and math kernels stay; True hands the choice back to torch. One switch
+    # for the whole process (sampling and training)
+    config.cudnn_attention = False
 
     # ---- pretrained model ---------------------------------------------------------------------
     config.pretrained = pretrained = ml_collections.ConfigDict()

@@ -18,11 +18,16 @@ through the config machinery ``scripts/train.py`` uses (``ddpo_grpo.cli.load_con
     images_per_s            sampling (bench_rollout's batch ÷ its median rollout time), training (samples of a
                             training pass ÷ its time), and the cold first epoch (images ÷ perf/epoch_s)
 
-FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode`` over one whole ``update_phase`` (the forward and
-backward passes as executed: matrix products, convolutions and scaled-dot-product attention; elementwise work and the
-optimizer's update are not counted; with LoRA the frozen weights' gradients are not computed, so not counted). The
-time is the faster of two uncounted passes over the same samples, synchronised. On a CPU the attention is not
-counted (its CPU kernel has no formula there).
+FLOPs are counted over one whole ``update_phase`` by ``FlopCount``, a dispatch mode that sums torch's own formulas
+(``torch.utils.flop_counter``'s registry) for the forward and backward passes as executed: matrix products,
+convolutions and scaled-dot-product attention; elementwise work and the optimizer's update are not counted; with
+LoRA the frozen weights' gradients are not computed, so not counted; with gradient checkpointing the recomputed
+forward is (``flops_include_recompute``: hardware FLOPs, not model FLOPs). ``FlopCounterMode`` itself is not used:
+its module tracker hooks every block's recomputed tensors, which undoes gradient checkpointing's saving (Wan on an
+H200 ran out of its 140 GB in the counted pass on 2026-11-28; on CPU a 4-block Wan's pass peaked 1.7 GB higher
+under it than under ``FlopCount``, with the same total: docs/scaling.md). The time is the faster of two uncounted
+passes over the same samples, synchronised. On a CPU the attention is not counted (its CPU kernel has no formula
+there).
 
 Models. Every component is built on the meta device from its config, its parameters given the storage dtype
 (bfloat16: the three recipes' weight dtype), moved with ``to_empty`` to the run's device (accelerate's, as the
@@ -59,15 +64,17 @@ only)::
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d .whl diffusers==0.42.1 ml_collections==1.1.0
 
-There (the device tool's ``run`` with ``carry: [".whl"]``; estimated at about 5 minutes on an H100 from the
-planner's sizes, not yet run on a GPU)::
+There (the device tool's ``run`` with ``carry: [".whl"]``; on an H200 on 2026-11-28 FLUX's case took 60 s and
+SD3.5's 123 s, each with its own process start: docs/scaling.md)::
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 || exit;
     python3 -m torch.distributed.run --standalone --nproc_per_node 1 experiments/gpu_check.py --out $OUT
 
 ``$OUT/gpu_check.json`` holds the figures (written after every case, so a cut-short run keeps what it measured; a
-case that fails is recorded with its traceback under "failed", the others still run, and the exit status is 1) and
+case that fails is recorded under "failed" with its traceback and the figures it had measured, the JSON is written
+before any clean-up, the others still run unless the failure broke the device's context ("device_lost"), and the
+exit status is 1) and
 ``$OUT/gpu_check.log`` the trainers' output. On CPU (what the test runs; ACCELERATE_USE_CPU=1 gives the process
 group gloo)::
 
@@ -75,7 +82,8 @@ group gloo)::
         experiments/gpu_check.py --tiny --out /tmp/gpu_check --peak-tflops 1
 
 Options: --cases flux,sd3,wan; --strategies ddp,fsdp; --repeats N (timed pairs per ratio, default 2);
---max-seconds S (cases not started within S seconds are recorded as skipped; default 360); --workdir DIR (the
+--max-seconds S (cases not started within S seconds are recorded as skipped; default 360); --cudnn-attention (sets
+``config.cudnn_attention``: torch's cuDNN attention allowed again, off by default); --workdir DIR (the
 runs' directories and the configs the planner reads; default /tmp/gpu_check_<torchrun's run id>, so that --out
 holds two files); --peak-tflops X (the card's peak dense bf16 TFLOP/s when it is not in the table; needed for an
 MFU on CPU).
@@ -90,6 +98,7 @@ import contextlib
 import dataclasses
 import gc
 import importlib.util
+import itertools
 import json
 import os
 import sys
@@ -102,6 +111,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "config" / "model_configs"
@@ -347,14 +357,19 @@ def wan_tiny():
 
 
 # ------------------------------------------------------------------------------------------------ the runs
-def run_config(name: str, strategy: str, tiny: bool, logdir: Path):
+def case_settings(name: str, tiny: bool, cudnn_attention: bool = False) -> tuple:
+    """The --config.* fields a case sets on its recipe (COMMON, the case's, --tiny's, --cudnn-attention's)."""
+    case = CASES[name]
+    tiny_fields = (TINY_SETTINGS + case.tiny) if tiny else ()
+    return COMMON + case.settings + tiny_fields + (("--config.cudnn_attention=True",) if cudnn_attention else ())
+
+
+def run_config(name: str, strategy: str, tiny: bool, logdir: Path, cudnn_attention: bool = False):
     """The case's config through scripts/train.py's machinery: the recipe, then the --config.* fields."""
     from ddpo_grpo.cli import load_config
 
-    case = CASES[name]
-    recipe = f"{ROOT / 'config' / case.recipe}"
-    argv = ["gpu_check", f"--config={recipe}", *COMMON, *case.settings]
-    argv += [*TINY_SETTINGS, *case.tiny] if tiny else []
+    recipe = f"{ROOT / 'config' / CASES[name].recipe}"
+    argv = ["gpu_check", f"--config={recipe}", *case_settings(name, tiny, cudnn_attention)]
     argv += [
         f"--config.pretrained.model={Path(__file__).resolve()}:{name}{'_tiny' if tiny else ''}",
         f"--config.distributed.strategy={strategy}",
@@ -421,14 +436,36 @@ def peak_tflops(device, given: float) -> tuple[float | None, str]:
     return None, f"{name!r} not in PEAK_BF16_TFLOPS (give --peak-tflops)"
 
 
-def training_pass(trainer, device) -> dict:
-    """FLOPs of one update_phase over a fresh epoch's samples (FlopCounterMode), and the time of the faster of two
-    more passes over the same samples (synchronised, not counted)."""
-    from torch.utils.flop_counter import FlopCounterMode
+class FlopCount(TorchDispatchMode):
+    """The FLOPs of every operator run under it that torch has a formula for (``torch.utils.flop_counter``'s
+    registry: matrix products, convolutions, attention, forward and backward), summed; ``total`` after the block.
 
+    ``FlopCounterMode`` sums the same formulas but also attributes them to modules: its tracker registers gradient
+    hooks on every module's inputs and outputs, and under non-reentrant gradient checkpointing those of each
+    recomputed block keep the block's activations until the whole backward ends (module docstring)."""
+
+    def __init__(self):
+        super().__init__()
+        from torch.utils.flop_counter import flop_registry
+
+        self.formulas = flop_registry
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = self.formulas.get(func._overloadpacket)
+        if formula is not None:
+            self.total += formula(*args, **kwargs, out_val=out)
+        return out
+
+
+def training_pass(trainer, device) -> dict:
+    """FLOPs of one update_phase over a fresh epoch's samples (``FlopCount``), and the time of the faster of two
+    more passes over the same samples (synchronised, not counted)."""
     ep, timing = trainer.sample_phase(1)
     advantages, _ = trainer.advantage_phase(ep, trainer.reward_phase(ep, timing))
-    with FlopCounterMode(display=False) as counter:
+    with FlopCount() as counter:
         trainer.update_phase(ep, advantages)
     times = []
     for _ in range(2):
@@ -437,22 +474,30 @@ def training_pass(trainer, device) -> dict:
         trainer.update_phase(ep, advantages)
         synchronize(device)
         times.append(time.perf_counter() - start)
-    return {"flops": counter.get_total_flops(), "seconds": sorted(times)[0], "samples": len(ep.rollout)}
+    return {"flops": counter.total, "seconds": sorted(times)[0], "samples": len(ep.rollout)}
 
 
-def check(name: str, strategy: str, args, bench, log, plans: dict) -> dict:
+def check(name: str, strategy: str, args, bench, log, plans: dict, partial: dict) -> dict:
     """One family under one strategy: the trainer, its epoch, the measurements (module docstring). ``plans``: the
-    planner's Plan per family, made once (it holds both strategies' estimates)."""
+    planner's Plan per family, made once (it holds both strategies' estimates). ``partial`` receives each figure as
+    soon as it is measured (a case that fails later still reports its epoch's peak memory, say)."""
     from ddpo_grpo import console, planner, wiring
     from ddpo_grpo.planner.estimate import GIB
     from ddpo_grpo.trainer import Trainer
 
     started = time.perf_counter()
     case = CASES[name]
-    cfg = run_config(name, strategy, args.tiny, args.workdir / "runs")
+    cfg = run_config(name, strategy, args.tiny, args.workdir / "runs", args.cudnn_attention)
     configs = write_configs(case.configs, args.tiny, args.workdir / "configs" / f"{name}{'_tiny' if args.tiny else ''}")
     acc = wiring.accelerator(cfg)  # the run's Accelerator, as Trainer(cfg) makes it (the first: the process group)
     device = acc.device
+    processes = acc.num_processes
+    on_cuda = torch.device(device).type == "cuda"
+    card = torch.cuda.get_device_properties(device).total_memory / GIB if on_cuda else 0
+    if name not in plans:
+        plans[name] = planner.plan(cfg, processes, card, model=str(configs), accelerator=on_cuda)
+    plan = plans[name].estimate(strategy)
+    partial["planner_bytes"] = plan.peak
     memory = PeakMemory(device)
     with contextlib.redirect_stdout(log):
         trainer = Trainer(cfg, accelerator=acc)
@@ -461,18 +506,15 @@ def check(name: str, strategy: str, args, bench, log, plans: dict) -> dict:
         metrics = trainer.run_epoch(0, console.Clock(1))
         synchronize(device)
     peak = memory.peak()
+    partial.update(peak_memory_bytes=peak, peak_over_planner=peak / plan.peak)
     bench_args = argparse.Namespace(repeats=args.repeats, min_unit=0.0)
     with contextlib.redirect_stdout(log):
         rollout = bench.bench_rollout(trainer, bench_args)
+        partial["rollout_over_pipeline"] = rollout["ratio"]
         train = bench.bench_train(trainer, bench_args)
+        partial["train_over_bare"] = train["ratio"]
         synchronize(device)
         passed = training_pass(trainer, device)
-    processes = trainer.acc.num_processes
-    on_cuda = torch.device(device).type == "cuda"
-    card = torch.cuda.get_device_properties(device).total_memory / GIB if on_cuda else 0
-    if name not in plans:
-        plans[name] = planner.plan(cfg, processes, card, model=str(configs), accelerator=on_cuda)
-    plan = plans[name].estimate(strategy)
     peak_flops, _ = peak_tflops(device, args.peak_tflops)
     achieved = passed["flops"] / passed["seconds"]
     s = cfg.sample
@@ -481,7 +523,7 @@ def check(name: str, strategy: str, args, bench, log, plans: dict) -> dict:
         "strategy": strategy,
         "model_configs": f"config/model_configs/{case.configs}",
         "recipe": f"config/{case.recipe}",
-        "settings": list(COMMON + case.settings + ((TINY_SETTINGS + case.tiny) if args.tiny else ())),
+        "settings": list(case_settings(name, args.tiny, args.cudnn_attention)),
         "resolution": s.resolution,
         "num_frames": s.num_frames,
         "num_steps": s.num_steps,
@@ -504,6 +546,7 @@ def check(name: str, strategy: str, args, bench, log, plans: dict) -> dict:
         "planner_parts_gib": {k: v / GIB for k, v in plan.parts.items()},
         "peak_over_planner": peak / plan.peak,
         "train_pass_flops": passed["flops"],
+        "flops_include_recompute": bool(cfg.train.gradient_checkpointing),
         "train_pass_s": passed["seconds"],
         "train_pass_tflops_per_s": achieved / 1e12,
         "mfu": achieved / (peak_flops * 1e12) if peak_flops else None,
@@ -566,10 +609,12 @@ def environment(args) -> dict:
         "processes": int(os.environ.get("WORLD_SIZE", "1")),
         "backend": None,  # set once the first trainer has made the process group
         "tiny": bool(args.tiny),
+        "cudnn_attention": bool(args.cudnn_attention),
+        "cuda_launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING", "0"),
         "peak_bf16_tflops": peak,
         "peak_source": source,
-        "flops_counted_by": "torch.utils.flop_counter.FlopCounterMode over one Trainer.update_phase (forward + "
-        "backward as executed: matmuls, convolutions, attention)",
+        "flops_counted_by": "FlopCount (torch.utils.flop_counter's formulas) over one Trainer.update_phase "
+        "(forward + backward as executed: matmuls, convolutions, attention)",
     }
 
 
@@ -590,6 +635,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="timed pairs per ratio (after one warm-up each)")
     parser.add_argument("--max-seconds", type=float, default=360.0, help="start no case after this many seconds")
     parser.add_argument("--peak-tflops", type=float, default=0.0, help="peak dense bf16 TFLOP/s (0: the table)")
+    parser.add_argument(
+        "--cudnn-attention", action="store_true", help="config.cudnn_attention=True (torch's cuDNN attention allowed)"
+    )
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -611,33 +659,51 @@ def main(argv=None) -> int:
     plans = {}
     path = args.out / "gpu_check.json"
     with open(args.out / f"gpu_check{'' if main_process else rank()}.log", "a") as log:
-        for strategy in strategies:  # every family under the first strategy before the second (if time runs short)
-            for name in cases:
-                elapsed = time.perf_counter() - start
-                if elapsed > args.max_seconds:
-                    report["skipped"].append({"family": name, "strategy": strategy, "after_s": elapsed})
-                    continue
-                try:
-                    result = check(name, strategy, args, bench, log, plans)
-                    report["backend"] = backend()
-                except Exception:  # noqa: BLE001  (one case's failure, e.g. out of memory, must not lose the others)
-                    failure = {"family": name, "strategy": strategy, "error": traceback.format_exc()[-3000:]}
-                    report["failed"].append(failure)
-                    print(f"{name} {strategy} FAILED:\n{failure['error']}", flush=True)
-                    gc.collect()
-                    if torch.cuda.is_available():
-                        torch.cuda.empty_cache()
-                    continue
-                report["cases"].append(result)
-                report["total_s"] = time.perf_counter() - start
-                if main_process:
+        # every family under the first strategy before the second (if time runs short)
+        for strategy, name in itertools.product(strategies, cases):
+            elapsed = time.perf_counter() - start
+            if elapsed > args.max_seconds:
+                report["skipped"].append({"family": name, "strategy": strategy, "after_s": elapsed})
+                continue
+            partial = {}
+            try:
+                result = check(name, strategy, args, bench, log, plans, partial)
+                report["backend"] = backend()
+            except Exception:  # noqa: BLE001  (one case's failure, e.g. out of memory, must not lose the others)
+                error = traceback.format_exc()
+                failure = {"family": name, "strategy": strategy, "measured": partial, "error": error[-6000:]}
+                report["failed"].append(failure)
+                print(f"{name} {strategy} FAILED:\n{failure['error']}", flush=True)
+                if main_process:  # before any clean-up: a device fault can make the clean-up raise too
                     path.write_text(json.dumps(report, indent=2, default=_jsonable))
-                    print(_line(result), flush=True)
+                if not release_memory():
+                    report["device_lost"] = "the device's context is broken (a kernel fault): no further case"
+                    break
+                continue
+            report["cases"].append(result)
+            report["total_s"] = time.perf_counter() - start
+            if main_process:
+                path.write_text(json.dumps(report, indent=2, default=_jsonable))
+                print(_line(result), flush=True)
     report["total_s"] = time.perf_counter() - start
     if main_process:
         path.write_text(json.dumps(report, indent=2, default=_jsonable))
         print(f"{path}: {len(report['cases'])} case(s), {len(report['failed'])} failed, in {report['total_s']:.0f} s")
     return 1 if report["failed"] else 0
+
+
+def release_memory() -> bool:
+    """Free a failed case's memory; False when the device cannot be used again in this process (CUDA keeps an
+    illegal memory access or a failed kernel launch for the context's lifetime, so every later call raises)."""
+    gc.collect()
+    if not torch.cuda.is_available():
+        return True
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    except RuntimeError:  # (torch.AcceleratorError is one)
+        return False
+    return True
 
 
 def _jsonable(value):

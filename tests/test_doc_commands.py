@@ -176,9 +176,10 @@ RULES = (
         r"python -m worlds\.\w+ [\w-]+( .*)?", "parse", "the world's command and its flags (pretraining takes an hour)"
     ),
     Rule(
-        r"python3 -m torch\.distributed\.run --standalone --nproc_per_node 1 experiments/gpu_check\.py --out \S+",
+        r"python3 -m torch\.distributed\.run --standalone --nproc_per_node [12] experiments/gpu_check\.py --out \S+",
         "parse",
-        "needs a GPU: launcher and flags parsed; the --tiny line below is its CPU stand-in (tests/test_gpu_check.py)",
+        "needs one or two GPUs: launcher and flags parsed; the --tiny line below is its CPU stand-in "
+        "(tests/test_gpu_check.py)",
     ),
     Rule(
         r"ACCELERATE_USE_CPU=1 .*torchrun --standalone --nproc_per_node 1 experiments/gpu_check\.py --tiny .*",

@@ -186,3 +186,101 @@ def test_benchmark_rollout_runs_under_the_trainers_bf16_autocast(tmp_path, fresh
     cfg.mixed_precision = "bf16"
     result = benchmark.bench_rollout(benchmark.build_trainer(cfg), args)
     assert math.isfinite(result["ratio"]) and result["ratio"] > 0
+
+
+def test_flop_count_sums_the_same_formulas_as_torchs_counter():
+    """FlopCount (the check's counter) against torch.utils.flop_counter.FlopCounterMode: one forward + backward of
+    linear layers and a convolution gives the same total, and the total is the known formula."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    g = gpu_check()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 16))
+    x = torch.randn(4, 3, 8, 8)
+
+    def step():
+        model(x).square().sum().backward()
+
+    with g.FlopCount() as lean:
+        step()
+    with FlopCounterMode(display=False) as reference:
+        step()
+    linear = 2 * 4 * 288 * 16  # forward; the backward: the input's and the weight's gradients, the same each
+    assert lean.total == reference.get_total_flops() > 3 * linear
+
+
+PEAK_PROBE = """
+import sys, torch
+from ddpo_grpo.sharding import checkpoint_blocks
+sys.path.insert(0, sys.argv[2])
+import gpu_check
+from torch.utils.flop_counter import FlopCounterMode
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(512, 2048), torch.nn.Linear(2048, 512)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[Block() for _ in range(8)])
+if sys.argv[1] != "stored":
+    checkpoint_blocks(model, ["Block"])
+x = torch.randn(2048, 512)
+counter = {"lean": gpu_check.FlopCount, "torch": lambda: FlopCounterMode(display=False)}.get(sys.argv[1], None)
+
+def rss(field):
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(field)) * 1024
+
+before = rss("VmRSS")
+with counter() if counter else torch.autograd.set_grad_enabled(True):
+    model(x).square().mean().backward()
+print(rss("VmHWM") - before)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the resident set is read from /proc")
+def test_flop_count_keeps_gradient_checkpointings_saving(tmp_path):
+    """The counted pass must fit where the training pass fits: under FlopCount a checkpointed forward + backward
+    peaks where it peaks uncounted, far below the same pass storing every block's activations (8 blocks of
+    2048 × 2048 float32 hidden states, 16 MiB each). FlopCounterMode's module tracker keeps the recomputed
+    blocks' activations (measured here, not asserted: a later torch may change it); on an H200 that ran Wan out of
+    memory (docs/scaling.md)."""
+    script = tmp_path / "probe.py"
+    script.write_text(PEAK_PROBE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(REPO)}
+
+    def peak(mode):
+        argv = [sys.executable, str(script), mode, str(SCRIPT.parent)]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return int(proc.stdout.split()[-1]) / 2**20
+
+    plain, lean, stored = peak("plain"), peak("lean"), peak("stored")
+    assert stored > plain + 100, (stored, plain)  # the probe can tell checkpointing apart
+    assert lean < plain + 25, (lean, plain)  # FlopCounterMode: about +80
+
+
+def test_a_failed_case_keeps_its_figures_and_a_lost_device_ends_the_run(tmp_path, monkeypatch):
+    """What the H100 did on 2026-11-28: a kernel fault in FLUX's backward, after which every CUDA call raises. The
+    JSON keeps the failure with what the case had measured, and no later case is started on the broken context."""
+    g = gpu_check()
+    started = []
+
+    def faulting(name, strategy, args, bench, log, plans, partial):
+        started.append(name)
+        partial["peak_memory_bytes"] = 123
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(g, "check", faulting)
+    monkeypatch.setattr(g, "load_benchmark", lambda: None)
+    monkeypatch.setattr(g, "release_memory", lambda: False)  # as torch.cuda.empty_cache raising on that context
+    argv = ["--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "work"), "--tiny", "--peak-tflops", "1"]
+    assert g.main(argv) == 1
+    report = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert started == ["flux"] and not report["cases"]
+    (failure,) = report["failed"]
+    assert failure["family"] == "flux" and failure["measured"] == {"peak_memory_bytes": 123}
+    assert "illegal memory access" in failure["error"] and "device_lost" in report

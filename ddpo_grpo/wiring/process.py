@@ -39,6 +39,7 @@ def accelerator(config, given=None):
         loss_scaling(acc)
     if config.allow_tf32 and torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cuda.enable_cudnn_sdp(bool(config.cudnn_attention))  # (a flag: harmless where there is no GPU)
     return acc
 
 
