@@ -24,7 +24,7 @@ convolutions and scaled-dot-product attention; elementwise work and the optimize
 LoRA the frozen weights' gradients are not computed, so not counted; with gradient checkpointing the recomputed
 forward is (``flops_include_recompute``: hardware FLOPs, not model FLOPs). ``FlopCounterMode`` itself is not used:
 its module tracker hooks every block's recomputed tensors, which undoes gradient checkpointing's saving (Wan on an
-H200 ran out of its 140 GB in the counted pass on 2026-11-28; on CPU a 4-block Wan's pass peaked 1.7 GB higher
+H200 ran out of its 140 GB in the counted pass on 2026-11-28; on CPU a 4-block Wan's pass peaked 1.5–1.7 GB higher
 under it than under ``FlopCount``, with the same total: docs/scaling.md). The time is the faster of two uncounted
 passes over the same samples, synchronised. On a CPU the attention is not counted (its CPU kernel has no formula
 there).

@@ -13,8 +13,13 @@ from ddpo_grpo import wiring
 
 @pytest.fixture
 def restore_flag():
+    """The flag as it was, and accelerate's one-per-process state fresh on both sides (as in a run's own process)."""
+    from accelerate.state import AcceleratorState
+
     before = torch.backends.cuda.cudnn_sdp_enabled()
+    AcceleratorState._reset_state(reset_partial_state=True)
     yield
+    AcceleratorState._reset_state(reset_partial_state=True)
     torch.backends.cuda.enable_cudnn_sdp(before)
 
 
