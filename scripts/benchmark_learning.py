@@ -28,7 +28,8 @@ Runs already finished in --out are reused (delete a run's directory to redo it).
 
 ``--curve RUN ...`` reads any runs of one recipe (its seeds, trained with ``eval.freq`` > 0, any world) and prints
 per held-out scorer the gain over the base by images drawn, with its 95 % interval over the runs, and the images
-until held-out strict first reached the base + ``--threshold`` (ddpo_grpo/learning_curves.py).
+until held-out strict first reached the base + ``--threshold`` (ddpo_grpo/learning_curves.py); ``--plot PNG`` also
+draws it (a panel per scorer: each run, their mean and its interval).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ddpo_grpo.cli import UsageError
-from ddpo_grpo.learning_curves import curve_table, mean_interval
+from ddpo_grpo.learning_curves import curve_figure, curve_table, mean_interval
 from ddpo_grpo.script_args import run_script, script_parser
 from ddpo_grpo.signal_table import read_metrics, signal_table
 
@@ -245,6 +246,8 @@ def build_parser():
     p.add_argument(
         "--threshold", type=float, default=0.05, help="--curve's held-out strict gain to reach (0.05 = 5 points)"
     )
+    p.add_argument("--plot", type=Path, default=None, help="with --curve: also draw the curve into this PNG")
+    p.add_argument("--title", default="", help="with --plot: the picture's title (the recipe and its command)")
     return p
 
 
@@ -254,9 +257,13 @@ def main(argv=None) -> int:
 
 
 def run(args) -> None:
+    if args.plot is not None and args.curve is None:
+        raise UsageError("--plot draws the held-out curve: give the runs with --curve RUN ...")
     if args.curve is not None:
         try:
             print(curve_table(args.curve, args.threshold), end="")
+            if args.plot is not None:
+                print(f"picture: {curve_figure(args.curve, args.plot, args.threshold, args.title)}")
         except ValueError as exc:
             raise UsageError(f"--curve: {exc}") from None
         return

@@ -60,3 +60,20 @@ def test_benchmark_learning_prints_the_curve_and_names_a_bad_run(tmp_path, capsy
     assert "| eval | +2.5 ± 31.8 | 1,024 (1/2) |" in capsys.readouterr().out
     assert script.main(["--curve", str(tmp_path / "missing")]) == 2
     assert "--curve: " in capsys.readouterr().err
+
+
+def test_the_curve_is_drawn_into_a_png_and_plot_needs_curve(tmp_path, capsys):
+    from PIL import Image
+
+    from tests.conftest import load_script
+
+    script = load_script("benchmark_learning")
+    runs = [str(_run(tmp_path / f"s{i}", 0.5, {1: 0.52 + 0.01 * i, 3: 0.55 + 0.05 * i})) for i in range(3)]
+    png = tmp_path / "curve.png"
+    assert script.main(["--curve", *runs, "--plot", str(png), "--title", "three seeds"]) == 0
+    assert f"picture: {png}" in capsys.readouterr().out
+    with Image.open(png) as image:  # two panels (judge, detector) side by side
+        assert image.format == "PNG" and image.width > 1.5 * image.height
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["curve.png"]  # no partial file left
+    assert script.main(["--plot", str(png)]) == 2
+    assert "--plot draws the held-out curve" in capsys.readouterr().err
