@@ -178,6 +178,23 @@ class StepPlan:
         return steps, mask
 
 
+def _require_a_stochastic_window(plan: StepPlan, levels: torch.Tensor, stochastic: torch.Tensor) -> None:
+    """ConfigError when an SDE window meant to be stochastic (noise level > 0) landed only on steps the kernel makes
+    deterministic (a DDPM-type kernel's last step has std 0): no transition would be trained, and the loss would
+    fail later with no word of why."""
+    if plan.window_size <= 0 or not bool((levels > 0).any()) or bool(stochastic.any(dim=1).all()):
+        return
+    from foundation.errors import ConfigError
+
+    steps = torch.nonzero(levels > 0).flatten().tolist()
+    last_start = len(levels) - plan.window_size - 1
+    raise ConfigError(
+        f"sample.sde_window_range={plan.window_range}: the SDE window drawn at step(s) {steps} of 0…{len(levels) - 1} "
+        "holds no stochastic transition (the kernel's std is 0 there, as at a DDPM-type last step), so nothing "
+        f"would be trained; keep the window's start ≤ {last_start} or widen sample.sde_window_size"
+    )
+
+
 def initial_noise(shape: tuple, seeds: list[int], device, dtype=torch.float32) -> torch.Tensor:
     """x_0 ~ N(0, I) per sample from its own seed: [B, *shape]. Same seed -> same noise on any device
     and in any batch, which is how a group shares its initial noise and how runs stay reproducible."""
@@ -249,6 +266,7 @@ def sample_rollout(
         stochastic.append(step.std.flatten() > 0)
     samples = policy.decode(x)  # outside autocast: the VAE computes in its own dtype (sample.vae_dtype)
     stochastic = torch.stack(stochastic, dim=1)  # [B, T]
+    _require_a_stochastic_window(plan, levels, stochastic)
     train_steps, train_mask = plan.train_steps(stochastic, rng)
     return Rollout(
         latents=torch.stack(latents, dim=1),  # [B, T+1, C, h, w]

@@ -306,3 +306,21 @@ def test_evaluate_refuses_when_no_sample_is_applicable(tmp_path, tiny_dirs, caps
         )
     assert exc.value.code == 2
     assert "scored none of the 2 samples" in capsys.readouterr().err
+
+
+def test_an_sde_window_on_deterministic_steps_is_named(tmp_path, capsys):
+    """A DDPM-type kernel's last step has std 0: a window placed only there trains nothing. The run stops at its
+    first rollout with the field and the fix, not with the loss's "needs at least one valid transition"."""
+    argv = [
+        "train.py",
+        f"--config={REPO / 'config' / 'motion.py'}:motion_tiny",
+        f"--config.logdir={tmp_path}",
+        "--config.num_epochs=1",
+        "--config.sample.sde_window_size=1",
+        "--config.sample.sde_window_range=(3, 3)",
+    ]
+    status = train_script.main(argv)
+    err = capsys.readouterr().err
+    assert status == 2, err[-2000:]
+    assert "sample.sde_window_range=(3, 3)" in err and "no stochastic transition" in err and "start ≤ 2" in err
+    assert "Traceback" not in err
