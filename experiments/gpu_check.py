@@ -23,7 +23,7 @@ FLOPs are counted over one whole ``update_phase`` by ``FlopCount``, a dispatch m
 convolutions and scaled-dot-product attention; elementwise work and the optimizer's update are not counted; with
 LoRA the frozen weights' gradients are not computed, so not counted; with gradient checkpointing the recomputed
 forward is (``flops_include_recompute``: hardware FLOPs, not model FLOPs). ``FlopCounterMode`` itself is not used:
-its module tracker hooks every block's recomputed tensors, which undoes gradient checkpointing's saving (Wan on an
+its module tracker hooks the recomputed blocks' tensors too, which undoes gradient checkpointing's saving (Wan on an
 H200 ran out of its 140 GB in the counted pass on 2026-11-28; on CPU a 4-block Wan's pass peaked 1.5–1.7 GB higher
 under it than under ``FlopCount``, with the same total: docs/scaling.md). The time is the faster of two uncounted
 passes over the same samples, synchronised. On a CPU the attention is not counted (its CPU kernel has no formula
@@ -441,8 +441,9 @@ class FlopCount(TorchDispatchMode):
     registry: matrix products, convolutions, attention, forward and backward), summed; ``total`` after the block.
 
     ``FlopCounterMode`` sums the same formulas but also attributes them to modules: its tracker registers gradient
-    hooks on every module's inputs and outputs, and under non-reentrant gradient checkpointing those of each
-    recomputed block keep the block's activations until the whole backward ends (module docstring)."""
+    hooks on every module's inputs and outputs, and under non-reentrant gradient checkpointing, with those on the
+    recomputed blocks, the pass peaked above the same pass without checkpointing, and higher with every further
+    backward pass (measured: module docstring)."""
 
     def __init__(self):
         super().__init__()
