@@ -155,9 +155,9 @@ RULES = (
         "16 epochs × variants × seeds (an hour on CPU): parsed only; one such run is the quickstart's slow run",
     ),
     Rule(
-        r"python scripts/benchmark_learning\.py --curve( /tmp/\S+)+",
+        r"python scripts/benchmark_learning\.py --curve( /tmp/\S+)+( --plot docs/images/\S+\.png)?",
         "parse",
-        "the quickstart's three seed runs (not kept): parsed; --curve itself runs on runs the test writes in "
+        "the quickstart's three seed runs (not kept): parsed; --curve and --plot run on runs the test writes in "
         "tests/test_learning_curves.py",
     ),
     Rule(
