@@ -107,7 +107,8 @@ def curve_figure(runs: list[Path], path: Path, threshold: float = 0.05, title: s
 
     curves = [run_curve(run) for run in runs]
     scorers = _scorers(curves)
-    fig, axes = plt.subplots(1, len(scorers), figsize=(5.2 * len(scorers), 3.8), squeeze=False, sharey=True)
+    width = max(7.5, 5.2 * len(scorers))  # (one panel: room for the title)
+    fig, axes = plt.subplots(1, len(scorers), figsize=(width, 3.8), squeeze=False, sharey=True)
     for ax, key in zip(axes[0], scorers):
         for n, curve in enumerate(curves):
             points = [(0, 0.0)] + curve.get(key, [])
