@@ -119,12 +119,9 @@ def curve_figure(runs: list[Path], path: Path, threshold: float = 0.05, title: s
                 lw=0.9,
                 label="runs" if not n else None,
             )
-        images = sorted({i for c in curves for i, _ in c.get(key, [])})
-        full = [
-            (i, [100 * dict(c[key])[i] for c in curves])
-            for i in images
-            if all(i in dict(c.get(key, [])) for c in curves)
-        ]
+        per_run = [dict(c.get(key, [])) for c in curves]  # images drawn -> gain, one dict per run
+        images = sorted({i for gains in per_run for i in gains})
+        full = [(i, [100 * gains[i] for gains in per_run]) for i in images if all(i in gains for gains in per_run)]
         xs, stats = [0] + [i for i, _ in full], [(0.0, 0.0)] + [mean_interval(g) for _, g in full]
         means = [m for m, _ in stats]
         ax.fill_between(
